@@ -1,0 +1,1 @@
+"""CLI subcommands beyond the core ones; each module defines ``register(subparsers, common)``."""

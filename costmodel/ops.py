@@ -1,0 +1,177 @@
+"""Per-operator FLOPs and bytes of one forward pass, on numpy arrays.
+
+A pass runs ``tokens`` query tokens (B sequences × q new tokens, summed) through every layer on
+one device of a tensor-parallel group of ``tp``. Quantities are **per device**; multiply by ``tp``
+for the group. Formulas (per layer unless stated):
+
+* GEMM:       FLOPs = 2 · params · tokens;  HBM bytes = params · w_bytes + tokens·(d_in + d_out)·act_bytes
+* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
+* attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
+              HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
+              L2 bytes = KV tokens re-read from L2
+* all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s)
+* LM head:    2 · vocab·d_model/tp · lm_tokens FLOPs; its weights once, plus fp32 logits written
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes
+from .hardware import Hardware
+from .model import Model
+from .runtime import Runtime
+
+
+@dataclass(frozen=True)
+class Exec:
+    """A model on hardware under a runtime with dtypes and tensor/pipeline parallel degrees."""
+
+    model: Model
+    hw: Hardware
+    rt: Runtime
+    weight_dtype: str = "fp16"
+    kv_dtype: str = "fp16"
+    tp: int = 1
+    pp: int = 1
+
+    @property
+    def w_bytes(self) -> float:
+        return dtypes.weight_bytes_per_param(self.weight_dtype)
+
+    @property
+    def kv_elem_bytes(self) -> float:
+        return dtypes.kv_bytes_per_element(self.kv_dtype)
+
+    @property
+    def act_bytes(self) -> float:
+        return dtypes.activation_bytes(self.weight_dtype)
+
+    @property
+    def heads_per_device(self) -> float:
+        return self.model.n_heads / self.tp
+
+    @property
+    def kv_heads_per_device(self) -> int:
+        """KV heads held per device: split across TP, replicated when kv_heads < tp."""
+        return math.ceil(self.model.n_kv_heads / self.tp)
+
+    @property
+    def kv_bytes_per_token_layer(self) -> float:
+        """K and V of one token in one layer on one device: 2·kv_heads/dev·head_dim·bytes."""
+        return 2.0 * self.kv_heads_per_device * self.model.head_dim * self.kv_elem_bytes
+
+    @property
+    def kv_bytes_per_token_device(self) -> float:
+        return self.kv_bytes_per_token_layer * self.model.n_layers / self.pp
+
+    @property
+    def matrix_flops_per_s(self) -> float:
+        """Achievable matrix FLOP/s: peak(compute dtype) · hardware and runtime efficiency."""
+        return (self.hw.matrix_peak(dtypes.compute_dtype(self.weight_dtype))
+                * self.hw.matrix_efficiency * self.rt.compute_efficiency)
+
+    @property
+    def vector_flops_per_s(self) -> float:
+        return self.hw.vector_flops_per_s * self.rt.compute_efficiency
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """Achievable HBM bandwidth: datasheet · measured fraction · runtime factor."""
+        return self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
+
+    def weight_bytes_device(self) -> float:
+        """Weights resident on one device: all parameters / (tp·pp)."""
+        return self.model.n_params * self.w_bytes / (self.tp * self.pp)
+
+
+@dataclass
+class Op:
+    """One operator, repeated ``count`` times per pass (e.g. once per layer). Arrays broadcast."""
+
+    name: str
+    kind: str                 # 'matrix', 'vector', 'attention' (matrix units), 'comm'
+    count: float
+    flops: object = 0.0
+    hbm_bytes: object = 0.0
+    l2_bytes: object = 0.0
+    comm_s: object = 0.0
+    group: str = "layer"      # 'layer', 'pass', 'draft', 'heads'
+
+
+@dataclass
+class PassShape:
+    """What one pass computes, per device and summed over the batch (arrays)."""
+
+    tokens: object                    # query tokens through the GEMMs
+    pairs: object                     # Σ over queries of attended positions (attention FLOPs)
+    kv_hbm_tokens: object             # KV tokens read from HBM per layer
+    kv_l2_tokens: object = 0.0        # KV tokens re-read from L2 per layer
+    lm_tokens: object = None          # tokens that need logits (defaults to tokens)
+    attn_kernels: object = 1.0        # attention launches per layer (per_branch: one per branch)
+    kv_write_tokens: object = None    # new KV entries written (defaults to tokens)
+    extra_ops: list = field(default_factory=list)
+
+
+def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
+    """2·params·tokens FLOPs; weights once plus activations in and out."""
+    t = np.asarray(tokens, dtype=float)
+    return Op(name, "matrix", ex.model.n_layers if count is None else count, flops=2.0 * params * t,
+              hbm_bytes=params * ex.w_bytes + t * (d_in + d_out) * ex.act_bytes)
+
+
+def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
+    """Operators of one pass on one device (decoder layers, embedding, LM head)."""
+    m, tp, act = ex.model, ex.tp, ex.act_bytes
+    t = np.asarray(shape.tokens, dtype=float)
+    L = m.n_layers
+    d, q_dim, kv_dim_dev = m.d_model, m.q_dim / tp, ex.kv_heads_per_device * m.head_dim
+    ops = [
+        Op("norm_rope_residual", "vector", L, flops=12.0 * d * t, hbm_bytes=6.0 * d * t * act),
+        gemm("qkv_proj", d * (q_dim + 2 * kv_dim_dev), t, d, q_dim + 2 * kv_dim_dev, ex),
+    ]
+    kv_tok = ex.kv_bytes_per_token_layer
+    writes = t if shape.kv_write_tokens is None else np.asarray(shape.kv_write_tokens, dtype=float)
+    attn_hbm = np.asarray(shape.kv_hbm_tokens, dtype=float) * kv_tok + writes * kv_tok + 2.0 * t * q_dim * act
+    attn_flops = 4.0 * ex.heads_per_device * m.head_dim * np.asarray(shape.pairs, dtype=float)
+    if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
+        attn_hbm = attn_hbm + 2.0 * 4.0 * ex.heads_per_device * np.asarray(shape.pairs, dtype=float)
+    ops.append(Op("attention", "attention", L, flops=attn_flops, hbm_bytes=attn_hbm,
+                  l2_bytes=np.asarray(shape.kv_l2_tokens, dtype=float) * kv_tok))
+    ops.append(gemm("o_proj", q_dim * d, t, q_dim, d, ex))
+    ff = m.d_ff / tp
+    if m.n_experts > 1:
+        e, k = m.n_experts, m.experts_per_token
+        distinct = e * (1.0 - (1.0 - k / e) ** t)
+        per_expert = m.expert_params / tp
+        ops.append(Op("moe_ffn", "matrix", L, flops=2.0 * per_expert * k * t,
+                      hbm_bytes=distinct * per_expert * ex.w_bytes + t * (d + d) * act * k))
+        ops.append(gemm("router", d * e, t, d, e, ex))
+    else:
+        ops.append(gemm("ffn", m.expert_params / tp, t, d, d, ex))
+    ops.append(Op("ffn_activation", "vector", L, flops=4.0 * ff * t, hbm_bytes=3.0 * ff * t * act))
+    if tp > 1:
+        from .parallel import allreduce_time_s
+        msg = t * d * act
+        ops.append(Op("allreduce", "comm", 2 * L, comm_s=allreduce_time_s(msg, tp, ex.hw.link_for(tp)),
+                      hbm_bytes=0.0))
+    lm_t = t if shape.lm_tokens is None else np.asarray(shape.lm_tokens, dtype=float)
+    vocab = m.vocab_size / tp
+    ops.append(Op("embedding", "vector", 1, flops=0.0 * t, hbm_bytes=2.0 * t * d * act, group="pass"))
+    head = gemm("lm_head", vocab * d, lm_t, d, 0, ex, count=1)
+    head.hbm_bytes = head.hbm_bytes + lm_t * vocab * 4.0
+    head.group = "pass"
+    ops.append(head)
+    ops.extend(shape.extra_ops)
+    return ops
+
+
+def kernel_count(shape: PassShape, ex: Exec) -> np.ndarray:
+    """Kernel launches of a pass: layers·(kernels per layer − 1 + attention launches) + per-pass."""
+    rt, m = ex.rt, ex.model
+    attn = np.asarray(shape.attn_kernels, dtype=float)
+    extra = sum(op.count for op in shape.extra_ops)
+    return m.n_layers * (rt.kernels_per_layer - 1.0 + attn) + rt.kernels_per_pass + extra

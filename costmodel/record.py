@@ -1,0 +1,268 @@
+"""Records: the one flat shape for API calls, scenario entries, measurements and claims (DESIGN §4).
+
+``parse_record(mapping)`` is the single place input errors are raised: unknown fields (with a
+'did you mean'), wrong types, out-of-range values and contradictions all raise InputError naming
+the field, the bad value and what is allowed. Values may be strings (command line, CSV cells).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from .errors import InputError, suggest
+
+STRATEGIES = ("autoregressive", "speculative", "tree", "shared_prefix")
+DRAFT_KINDS = ("none", "medusa", "eagle", "self")
+KERNELS = ("prefix_aware", "per_branch", "dense_masked")
+PLACEMENTS = ("same_device", "separate_device", "separate_node")
+SCHEDULES = ("serial", "overlap")
+SYNC = ("ragged", "lockstep")
+DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+TREE_SHAPES = ("full", "optimal", "optimal_for_hardware", "explicit", "chain")
+
+
+@dataclass(frozen=True)
+class Record:
+    """A validated record. Defaults follow DESIGN §4."""
+
+    model: str
+    hardware: str
+    batch_size: int
+    prompt_len: int
+    gen_len: int = 128
+    n_devices: int = 1
+    tensor_parallel: int | None = None
+    pipeline_parallel: int = 1
+    weight_dtype: str = "fp16"
+    kv_dtype: str | None = None
+    runtime: str | None = None
+    strategy: str = "autoregressive"
+    draft_model: str | None = None
+    draft_kv_budget: int | None = None
+    draft_placement: str = "same_device"
+    draft_schedule: str = "serial"
+    gamma: int = 4
+    acceptance_rate: float | None = None
+    mean_accepted_tokens: float | None = None
+    batch_sync: str = "ragged"
+    tree_width: int | None = None
+    tree_depth: int | None = None
+    tree_nodes: int | None = None
+    tree_shape: str | None = None
+    tree_parents: tuple | None = None
+    rank_acceptance: tuple | None = None
+    attention_kernel: str = "prefix_aware"
+    n_branches: int = 1
+    shared_prefix_len: int = 0
+    power_mode: str | None = None
+    allreduce_algorithm: str = "ring"
+
+    def replace(self, **kw) -> "Record":
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(kw)
+        return Record(**d)
+
+
+FIELD_NAMES = tuple(f.name for f in fields(Record))
+# fields that describe a measurement or claim rather than the configuration
+META_FIELDS = ("id", "metric", "value", "values", "source", "text", "reliability", "notes", "unit",
+               "source_locator", "runtime_note", "measured")
+
+INT_FIELDS = {"batch_size": 1, "prompt_len": 0, "gen_len": 1, "n_devices": 1, "tensor_parallel": 1,
+              "pipeline_parallel": 1, "gamma": 1, "draft_kv_budget": 1, "tree_width": 1, "tree_depth": 1,
+              "tree_nodes": 1, "n_branches": 1, "shared_prefix_len": 0}
+CHOICES = {"strategy": STRATEGIES, "attention_kernel": KERNELS, "draft_placement": PLACEMENTS,
+           "draft_schedule": SCHEDULES, "batch_sync": SYNC, "weight_dtype": DTYPE_CHOICES,
+           "kv_dtype": DTYPE_CHOICES, "tree_shape": TREE_SHAPES, "allreduce_algorithm": ("ring", "tree")}
+MAX_INT = {"batch_size": 1 << 20, "prompt_len": 1 << 24, "gen_len": 1 << 24, "n_devices": 4096,
+           "gamma": 64, "tree_width": 64, "tree_depth": 64, "tree_nodes": 1024, "n_branches": 4096}
+
+
+def _as_int(name, v, src):
+    if isinstance(v, bool):
+        raise InputError(f"must be an integer, got {v!r}", source=src, field=name)
+    if isinstance(v, str):
+        s = v.strip().replace("_", "")
+        try:
+            f = float(s)
+        except ValueError:
+            raise InputError(f"must be an integer, got {v!r}", source=src, field=name) from None
+        v = f
+    if isinstance(v, float):
+        if not math.isfinite(v) or v != int(v):
+            raise InputError(f"must be an integer, got {v!r}", source=src, field=name)
+        v = int(v)
+    if not isinstance(v, int):
+        raise InputError(f"must be an integer, got {type(v).__name__} {v!r}", source=src, field=name)
+    lo, hi = INT_FIELDS[name], MAX_INT.get(name)
+    if v < lo or (hi is not None and v > hi):
+        raise InputError(f"out of range: {v}", source=src, field=name,
+                         allowed=f"an integer >= {lo}" + (f" and <= {hi}" if hi else ""))
+    return v
+
+
+def _as_float(name, v, src):
+    if isinstance(v, bool):
+        raise InputError(f"must be a number, got {v!r}", source=src, field=name)
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise InputError(f"must be a number, got {v!r}", source=src, field=name) from None
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise InputError(f"must be a finite number, got {v!r}", source=src, field=name)
+    return float(v)
+
+
+def _as_float_list(name, v, src):
+    if isinstance(v, str):
+        parts = [p for p in v.replace(";", ",").split(",") if p.strip()]
+    elif isinstance(v, (list, tuple)):
+        parts = list(v)
+    else:
+        parts = [v]
+    return tuple(_as_float(name, p, src) for p in parts)
+
+
+def _as_int_list(name, v, src):
+    if isinstance(v, str):
+        parts = [p for p in v.replace(";", ",").split(",") if p.strip()]
+    elif isinstance(v, (list, tuple)):
+        parts = list(v)
+    else:
+        raise InputError("must be a list of parent indices", source=src, field=name)
+    out = []
+    for p in parts:
+        try:
+            f = float(str(p).strip()) if not isinstance(p, (int, float)) or isinstance(p, bool) else p
+        except ValueError:
+            raise InputError(f"parent indices must be integers, got {p!r}", source=src, field=name) from None
+        if isinstance(f, bool) or float(f) != int(f):
+            raise InputError(f"parent indices must be integers, got {p!r}", source=src, field=name)
+        out.append(int(f))
+    return tuple(out)
+
+
+def _empty(v) -> bool:
+    return v is None or (isinstance(v, str) and v.strip() == "") or (isinstance(v, float) and math.isnan(v))
+
+
+def parse_record(data, source: str = "record", allow_meta: bool = False) -> Record:
+    """Validate a mapping into a :class:`Record`; InputError on anything wrong (see module doc)."""
+    if isinstance(data, Record):
+        return data
+    if not isinstance(data, dict):
+        raise InputError(f"a record must be a mapping of field: value, got {type(data).__name__}", source=source)
+    kw = {}
+    for raw_key, v in data.items():
+        key = str(raw_key).strip()
+        if key in META_FIELDS or key.startswith("target_"):
+            if allow_meta:
+                continue
+            raise InputError("not a configuration field here", source=source, field=key,
+                             allowed="the record fields of DESIGN §4")
+        if key not in FIELD_NAMES:
+            raise InputError(f"unknown field{suggest(key, FIELD_NAMES)}", source=source, field=key,
+                             allowed=", ".join(FIELD_NAMES))
+        if _empty(v):
+            continue
+        if key in INT_FIELDS:
+            kw[key] = _as_int(key, v, source)
+        elif key in ("acceptance_rate", "mean_accepted_tokens"):
+            kw[key] = _as_float(key, v, source)
+        elif key == "rank_acceptance":
+            kw[key] = _as_float_list(key, v, source)
+        elif key == "tree_parents":
+            kw[key] = _as_int_list(key, v, source)
+        else:
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                raise InputError(f"must be text, got {type(v).__name__} {v!r}", source=source, field=key)
+            s = str(v).strip()
+            if key in CHOICES:
+                s = s.lower().replace("-", "_") if key not in ("weight_dtype", "kv_dtype") else s.lower()
+                if key == "strategy":
+                    s = {"ar": "autoregressive", "spec": "speculative", "shared": "shared_prefix"}.get(s, s)
+                if s not in CHOICES[key]:
+                    raise InputError(f"unknown value {v!r}{suggest(s, CHOICES[key])}", source=source, field=key,
+                                     allowed=", ".join(CHOICES[key]))
+            kw[key] = s
+    for req in ("model", "hardware", "batch_size", "prompt_len"):
+        if req not in kw:
+            raise InputError("missing required field", source=source, field=req,
+                             allowed="model, hardware, batch_size and prompt_len are required")
+    rec = Record(**kw)
+    _check_consistency(rec, source)
+    return rec
+
+
+def _check_consistency(r: Record, src: str) -> None:
+    a, tau = r.acceptance_rate, r.mean_accepted_tokens
+    if a is not None and not 0.0 <= a < 1.0:
+        raise InputError(f"out of range: {a}", source=src, field="acceptance_rate",
+                         allowed="0 <= α < 1 (α = 1 would mean the draft is never wrong; give "
+                                 "mean_accepted_tokens = gamma + 1 for that)")
+    tp = r.tensor_parallel
+    if tp is not None and r.n_devices % tp:
+        raise InputError(f"tensor_parallel ({tp}) must divide n_devices ({r.n_devices})", source=src,
+                         field="tensor_parallel", value=tp)
+    if r.n_devices % r.pipeline_parallel:
+        raise InputError(f"pipeline_parallel ({r.pipeline_parallel}) must divide n_devices ({r.n_devices})",
+                         source=src, field="pipeline_parallel", value=r.pipeline_parallel)
+    if tp is not None and tp * r.pipeline_parallel != r.n_devices:
+        raise InputError(f"tensor_parallel × pipeline_parallel = {tp * r.pipeline_parallel} but n_devices = "
+                         f"{r.n_devices}", source=src, field="tensor_parallel", value=tp)
+    if r.shared_prefix_len > r.prompt_len:
+        raise InputError(f"shared_prefix_len ({r.shared_prefix_len}) exceeds prompt_len ({r.prompt_len})",
+                         source=src, field="shared_prefix_len", value=r.shared_prefix_len)
+    if r.rank_acceptance is not None:
+        p = r.rank_acceptance
+        if any(x < 0 or x > 1 for x in p) or sum(p) > 1.0 + 1e-9:
+            raise InputError(f"invalid rank acceptance {list(p)}", source=src, field="rank_acceptance",
+                             allowed="probabilities p_1..p_k in [0, 1] with Σ p_i <= 1 (the ranked "
+                                     "children's acceptances are mutually exclusive)")
+    spec_like = r.strategy in ("speculative", "tree")
+    if spec_like:
+        if a is None and tau is None and r.rank_acceptance is None:
+            raise InputError(f"strategy '{r.strategy}' needs an acceptance figure", source=src,
+                             field="acceptance_rate",
+                             allowed="acceptance_rate (α), mean_accepted_tokens (τ)"
+                                     + (", or rank_acceptance" if r.strategy == "tree" else ""))
+        if r.draft_model is None:
+            raise InputError(f"strategy '{r.strategy}' needs a draft_model", source=src, field="draft_model",
+                             allowed="a zoo id or path, or " + ", ".join(DRAFT_KINDS))
+    if r.strategy == "speculative":
+        if tau is not None and not 1.0 <= tau <= r.gamma + 1:
+            raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
+                             allowed=f"1 <= τ <= gamma + 1 = {r.gamma + 1}")
+        if tau is not None and a is not None:
+            from .acceptance import chain_tokens_per_step
+            implied = float(chain_tokens_per_step(a, r.gamma))
+            if abs(implied - tau) > 0.05 * tau:
+                raise InputError(f"acceptance_rate {a} implies τ = {implied:.3f} at gamma {r.gamma}, but "
+                                 f"mean_accepted_tokens is {tau}", source=src, field="mean_accepted_tokens",
+                                 allowed="give one of α and τ, or two that agree within 5%")
+        if r.draft_model in ("medusa", "eagle"):
+            raise InputError(f"draft_model '{r.draft_model}' proposes a tree", source=src, field="draft_model",
+                             allowed="use strategy=tree for medusa/eagle, or a draft model / none / self "
+                                     "for a chain")
+    if r.strategy == "tree":
+        shapes = [r.tree_width is not None or r.tree_depth is not None, r.tree_nodes is not None,
+                  r.tree_parents is not None]
+        if not any(shapes):
+            raise InputError("a tree needs a shape", source=src, field="tree_nodes",
+                             allowed="tree_width and tree_depth (full tree), tree_nodes (node budget), or "
+                                     "tree_parents (explicit parent list)")
+        if (r.tree_width is None) != (r.tree_depth is None) and r.tree_nodes is None:
+            raise InputError("a full tree needs both tree_width and tree_depth", source=src,
+                             field="tree_depth" if r.tree_depth is None else "tree_width")
+        if r.tree_width is not None and r.tree_depth is not None and r.tree_parents is not None:
+            raise InputError("give either tree_width/tree_depth or tree_parents, not both", source=src,
+                             field="tree_parents")
+        if tau is not None and r.tree_depth is not None and not 1.0 <= tau <= r.tree_depth + 1:
+            raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
+                             allowed=f"1 <= τ <= tree_depth + 1 = {r.tree_depth + 1}")
+    if r.strategy == "shared_prefix" and r.n_branches < 1:
+        raise InputError("needs n_branches >= 1", source=src, field="n_branches")
+    if r.draft_kv_budget is not None and r.draft_model not in (None, "self") and r.strategy == "autoregressive":
+        pass

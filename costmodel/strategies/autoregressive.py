@@ -1,0 +1,24 @@
+"""Autoregressive decoding: one target pass with q = 1 per generated token."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..roofline import pass_cost
+from .common import Ctx, Outcome, decode_shape, per_layer_scores_prefill, prefill_cost, target_memory, \
+    with_step_overhead
+
+
+def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
+    """Step = one pass of B sequences × 1 token over the mean context L = P + G/2."""
+    ex = ctx.ex
+    B = ctx.B if B is None else np.asarray(B, dtype=float)
+    P = ctx.P if P is None else np.asarray(P, dtype=float)
+    L = P + ctx.G / 2.0
+    step = with_step_overhead(pass_cost(decode_shape(B, 1.0, L), ex), ex)
+    mem = target_memory(ex, B * (P + ctx.G), [(B * np.maximum(P, 1), B, per_layer_scores_prefill(ctx, B, P)),
+                                             (B, B, B * (L + 1))])
+    return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B * np.ones_like(step.time_s),
+                   prefill=prefill_cost(ctx, B, P), memory=mem,
+                   kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp,
+                   weights_total_bytes=ex.model.n_params * ex.w_bytes)

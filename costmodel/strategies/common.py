@@ -1,0 +1,97 @@
+"""What every strategy shares: the evaluation context, decode/prefill pass shapes, memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import memory
+from ..ops import Exec, PassShape
+from ..record import Record
+from ..roofline import Cost, overhead_cost, pass_cost
+
+
+@dataclass
+class Ctx:
+    """A record resolved into objects and numeric arrays (all arrays broadcast together)."""
+
+    rec: Record
+    ex: Exec                       # the target on its TP group
+    B: np.ndarray                  # batch_size (prompts)
+    P: np.ndarray                  # prompt_len
+    G: np.ndarray                  # gen_len
+    gamma: np.ndarray
+    alpha: np.ndarray | None = None
+    tau: np.ndarray | None = None
+    draft_kv_budget: np.ndarray | None = None
+    n_branches: np.ndarray = field(default_factory=lambda: np.asarray(1.0))
+    shared_prefix_len: np.ndarray = field(default_factory=lambda: np.asarray(0.0))
+
+    @property
+    def L(self) -> np.ndarray:
+        """Mean context while decoding: prompt + half the generated tokens (costs are linear in L)."""
+        return self.P + self.G / 2.0
+
+    @property
+    def L_peak(self) -> np.ndarray:
+        """Context when the last token is generated: what the KV cache must hold."""
+        return self.P + self.G
+
+
+@dataclass
+class Outcome:
+    step: Cost                      # one decoding step (all its passes), per-step overhead included
+    tokens_per_step: np.ndarray     # tokens gained per sequence per step
+    n_seqs: np.ndarray              # sequences decoding together
+    prefill: Cost
+    memory: dict                    # breakdown on the target's most loaded device (bytes)
+    other_device_memory: dict | None = None   # a separate draft device's breakdown
+    kv_total_bytes: np.ndarray = 0.0          # KV over all devices (target + draft)
+    weights_total_bytes: float = 0.0          # weights over all devices
+    extras: dict = field(default_factory=dict)
+
+
+def decode_shape(B, q, L, extra_ops=None) -> PassShape:
+    """B sequences × q causal new tokens over L cached tokens; KV read once per sequence."""
+    B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
+    return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * L,
+                     lm_tokens=B * q, extra_ops=extra_ops or [])
+
+
+def prefill_shape(B, P) -> PassShape:
+    """Prompt processing: B·P tokens, causal attention P(P+1)/2 pairs each, logits for the last token."""
+    B = np.asarray(B, dtype=float)
+    P = np.maximum(np.asarray(P, dtype=float), 1.0)
+    return PassShape(tokens=B * P, pairs=B * P * (P + 1) / 2.0, kv_hbm_tokens=B * P, lm_tokens=B)
+
+
+def with_step_overhead(cost: Cost, ex: Exec) -> Cost:
+    return cost + overhead_cost(np.broadcast_to(ex.rt.step_overhead_s, np.shape(cost.time_s)),
+                                np.shape(cost.time_s))
+
+
+def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
+    B = ctx.B if B is None else B
+    P = ctx.P if P is None else P
+    return with_step_overhead(pass_cost(prefill_shape(B, P), ctx.ex), ctx.ex)
+
+
+def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
+    """Breakdown on one target device. ``passes``: (tokens, lm_tokens, pairs) of each pass run."""
+    acts = [memory.activation_bytes(ex, t, lm) for t, lm, _ in passes]
+    scores = [memory.score_bytes(ex, pr) for _, _, pr in passes]
+    return {
+        "target_weights": np.asarray(ex.weight_bytes_device()),
+        "target_kv": np.asarray(kv_tokens, dtype=float) * ex.kv_bytes_per_token_device,
+        "activations": np.maximum.reduce([np.asarray(a, dtype=float) for a in acts]),
+        "attention_scores": np.maximum.reduce([np.asarray(s, dtype=float) for s in scores]),
+        "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),
+    }
+
+
+def per_layer_scores_prefill(ctx: Ctx, B=None, P=None):
+    """Attention pairs of one prefill layer per device (for unfused score memory): B·P² (full block)."""
+    B = ctx.B if B is None else B
+    P = np.maximum(ctx.P if P is None else P, 1.0)
+    return np.asarray(B, dtype=float) * P * P

@@ -1,0 +1,108 @@
+"""Hand-computed costs on a made-up device (tests/data/unit-hw.yaml: 1e12 B/s, 1e14 FLOP/s, no
+launch cost, efficiency 1) and a tiny model (tests/data/unit-model.yaml)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from costmodel import evaluate
+from costmodel.hardware import Link
+from costmodel.parallel import allreduce_time_s
+
+D = os.path.join(os.path.dirname(__file__), "data")
+BASE = dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml", runtime=f"{D}/unit-rt.yaml")
+
+
+def test_ar_decode_step_by_hand():
+    # unit-model: 2 layers, d=64, 4 heads, 2 KV heads, head_dim 16, d_ff 128 (gated), vocab 1000; fp16.
+    # Mean context L = prompt 100 + gen 2 / 2 = 101. Every operator is memory-bound (≈1 FLOP/B), so
+    # time = bytes / 1e12. Bytes per layer:
+    norm = 6 * 64 * 2                       # 768: two norms + residual, read/write
+    qkv = 64 * 128 * 2 + (64 + 128) * 2     # 16,768: weights + activations in/out
+    kv_tok = 2 * 2 * 16 * 2                 # 128 B of K and V per token per layer
+    attn = 101 * kv_tok + kv_tok + 2 * 64 * 2   # 13,312: read context KV, write new KV, q and o
+    o = 64 * 64 * 2 + 128 * 2               # 8,448
+    ffn = 3 * 64 * 128 * 2 + 128 * 2        # 49,408
+    act = 3 * 128 * 2                       # 768: gate/up read, product written
+    per_layer = norm + qkv + attn + o + ffn + act
+    head = 1000 * 64 * 2 + 64 * 2 + 1000 * 4   # 132,128: LM head weights, input, fp32 logits
+    embed = 2 * 64 * 2
+    expected_s = (2 * per_layer + head + embed) / 1e12
+    r = evaluate(dict(BASE, batch_size=1, prompt_len=100, gen_len=2))
+    assert r["step_latency_s"] == pytest.approx(expected_s, rel=1e-12)
+    assert r["bound"] == "memory"
+    assert r["tokens_per_s_per_seq"] == pytest.approx(1 / expected_s)
+
+
+def test_weights_and_kv_memory_by_hand():
+    # params: per layer 64·(64+2·32) + 64·64 + 3·64·128 + 2·64 = 8192 + 4096 + 24576 + 128 = 36,992
+    # total = 2·36,992 + 2·1000·64 + 64 = 202,048 → 404,096 bytes in fp16
+    r = evaluate(dict(BASE, batch_size=3, prompt_len=100, gen_len=20))
+    assert r["weights_bytes"] == 404_096
+    # KV: 3 sequences × (100 + 20) tokens × 2 layers × 128 B
+    assert r["kv_cache_bytes"] == 3 * 120 * 2 * 128
+
+
+def test_compute_bound_gemm_by_hand():
+    # 4096 tokens through the tiny model's FFN: 2·24,576·4096 FLOPs = 2.01e8 → 2.01e-6 s at 1e14,
+    # vs bytes 49,152 + 4096·128·2 = 1.10e6 → 1.10e-6 s at 1e12: compute-bound
+    from costmodel.ops import Exec, PassShape, layer_ops
+    from costmodel.roofline import op_time
+    from costmodel.evaluate import build_exec
+    from costmodel.record import parse_record
+    ex = build_exec(parse_record(dict(BASE, batch_size=1, prompt_len=1)))
+    ops = {o.name: o for o in layer_ops(PassShape(tokens=4096, pairs=4096, kv_hbm_tokens=0), ex)}
+    t, idx = op_time(ops["ffn"], ex)
+    assert float(t) == pytest.approx(2 * 24576 * 4096 / 1e14)
+    assert int(idx) == 0
+
+
+def test_ring_allreduce_by_hand():
+    link = Link("x", bandwidth_bytes_per_s=1e11, latency_s=1e-5)
+    # n = 4, S = 1 MB: 2·3·1e-5 + 2·3/4 · 1e6/1e11 = 6e-5 + 1.5e-5
+    assert allreduce_time_s(1e6, 4, link) == pytest.approx(7.5e-5)
+    # tree: 2·log2(4)·1e-5 + 2·1e6/1e11 = 4e-5 + 2e-5
+    assert allreduce_time_s(1e6, 4, link, "tree") == pytest.approx(6e-5)
+    assert allreduce_time_s(1e6, 1, link) == 0
+
+
+def test_tp_adds_allreduce_and_splits_weights():
+    one = evaluate(dict(BASE, batch_size=1, prompt_len=100, gen_len=2))
+    two = evaluate(dict(BASE, batch_size=1, prompt_len=100, gen_len=2, n_devices=2))
+    assert two["memory_target_weights_bytes"] == pytest.approx(one["memory_target_weights_bytes"] / 2)
+    # 2 layers × 2 all-reduces × (2·1·1e-5 + 2·1/2·(64·2 B)/1e11) of pure interconnect time
+    assert two["time_interconnect_s"] == pytest.approx(4 * (2e-5 + 128 / 1e11))
+
+
+def test_int4_weights_carry_scale_overhead():
+    r16 = evaluate(dict(BASE, batch_size=1, prompt_len=10))
+    r4 = evaluate(dict(BASE, batch_size=1, prompt_len=10, weight_dtype="int4"))
+    # int4 = 0.5 B + an fp16 scale and zero per 128 weights = 0.53125 B per weight
+    assert r4["weights_bytes"] == pytest.approx(r16["weights_bytes"] / 2 * 0.53125)
+
+
+def test_kernel_launch_and_host_overheads(tmp_path):
+    rt = (open(f"{D}/unit-rt.yaml").read().replace("kernels_per_layer: {value: 0", "kernels_per_layer: {value: 10")
+          .replace("host_per_kernel_s: {value: 0.0", "host_per_kernel_s: {value: 1.0e-03"))
+    p = tmp_path / "rt.yaml"
+    p.write_text(rt)
+    r = evaluate(dict(BASE, runtime=str(p), batch_size=1, prompt_len=10))
+    # host issues 2 layers × 10 kernels at 1 ms each = 20 ms, far above the device time: launch-bound
+    assert r["step_latency_s"] == pytest.approx(0.020)
+    assert r["bound"] == "launch"
+
+
+def test_vectorised_core_matches_scalar_calls():
+    from costmodel.evaluate import evaluate_arrays
+    from costmodel.record import parse_record
+    rec = parse_record(dict(BASE, batch_size=1, prompt_len=1, strategy="speculative", draft_model="self",
+                            acceptance_rate=0.7))
+    B = np.array([1, 4, 16])
+    P = np.array([10, 100, 1000])
+    res = evaluate_arrays(rec, {"batch_size": B, "prompt_len": P})
+    for i in range(3):
+        one = evaluate(dict(BASE, batch_size=int(B[i]), prompt_len=int(P[i]), strategy="speculative",
+                            draft_model="self", acceptance_rate=0.7))
+        assert res["step_latency_s"][i] == pytest.approx(one["step_latency_s"], rel=1e-12)
+        assert res["speedup_vs_ar"][i] == pytest.approx(one["speedup_vs_ar"], rel=1e-12)
