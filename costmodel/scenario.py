@@ -17,6 +17,8 @@ Every (hardware, strategy) pair is evaluated; mapping entries override ``base``.
 
 from __future__ import annotations
 
+import os
+
 from .errors import InputError
 from .evaluate import evaluate
 from .specs import Fields, load_yaml
@@ -45,6 +47,20 @@ def _entry(x, src, field, key):
     raise InputError(f"each entry must be an id or a mapping, got {x!r}", source=src, field=field)
 
 
+PATH_FIELDS = ("model", "hardware", "draft_model", "runtime")
+
+
+def _paths_relative_to(rec: dict, scenario_path: str) -> None:
+    """File paths inside a scenario are relative to the scenario's folder (when they exist there)."""
+    base = os.path.dirname(os.path.abspath(scenario_path))
+    for k in PATH_FIELDS:
+        v = rec.get(k)
+        if isinstance(v, str) and ("/" in v or v.endswith((".yaml", ".yml", ".json"))) and not os.path.isabs(v):
+            cand = os.path.join(base, v)
+            if os.path.exists(cand):
+                rec[k] = cand
+
+
 def run_scenario(path) -> dict:
     """Evaluate every (hardware, strategy) pair; returns {'scenario', 'description', 'results'}."""
     data = load_scenario(path)
@@ -60,6 +76,7 @@ def run_scenario(path) -> dict:
             rec.update({k: v for k, v in s.items() if k != "label"})
             hw_label = h.get("label")
             label = s.get("label") or rec.get("strategy", "autoregressive")
+            _paths_relative_to(rec, src)
             try:
                 out = evaluate(rec)
             except InputError as exc:

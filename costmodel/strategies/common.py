@@ -84,8 +84,8 @@ def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
     return {
         "target_weights": np.asarray(ex.weight_bytes_device()),
         "target_kv": np.asarray(kv_tokens, dtype=float) * ex.kv_bytes_per_token_device,
-        "activations": np.maximum.reduce([np.asarray(a, dtype=float) for a in acts]),
-        "attention_scores": np.maximum.reduce([np.asarray(s, dtype=float) for s in scores]),
+        "activations": np.maximum.reduce(np.broadcast_arrays(*[np.asarray(a, dtype=float) for a in acts])),
+        "attention_scores": np.maximum.reduce(np.broadcast_arrays(*[np.asarray(s, dtype=float) for s in scores])),
         "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),
     }
 
