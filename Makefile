@@ -18,7 +18,7 @@ run: $(STAMP)
 	$(VENV)/bin/costmodel run scenarios/walkthrough.yaml
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sweep.py
