@@ -14,6 +14,9 @@ from .hardware import load_hardware
 from .model import load_model
 from .record import parse_record
 from .runtime import load_runtime
+# eager (numpy only; pandas loads on first call): the submodule costmodel.sweep would otherwise
+# shadow the lazy attribute below once anything imports it, leaving costmodel.sweep a module
+from .sweep import sweep
 
 __version__ = "0.1.0"
 
@@ -31,5 +34,7 @@ def __getattr__(name):
             mod = importlib.import_module(f".{where[name]}", __name__)
         except ModuleNotFoundError as exc:
             raise AttributeError(f"costmodel.{name} is not available in this build") from exc
-        return getattr(mod, name)
+        fn = getattr(mod, name)
+        globals()[name] = fn
+        return fn
     raise AttributeError(f"module 'costmodel' has no attribute {name!r}")

@@ -49,7 +49,8 @@ def build_exec(rec: Record) -> Exec:
     if model.n_layers % pp:
         raise InputError(f"pipeline_parallel {pp} does not divide the model's {model.n_layers} layers",
                          field="pipeline_parallel", value=pp)
-    return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp)
+    return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
+                allreduce_algorithm=rec.allreduce_algorithm)
 
 
 def build_draft(rec: Record, ex: Exec):
@@ -100,7 +101,15 @@ def finalize(ctx: Ctx, out) -> dict:
     ex = ctx.ex
     step = out.step
     lat = step.time_s
-    shape = np.shape(lat)
+    # the broadcast shape of every input array (an output may vary along an axis the step time
+    # does not, e.g. tokens per step along acceptance_rate)
+    shape = np.broadcast_shapes(np.shape(lat), np.shape(out.tokens_per_step), np.shape(out.n_seqs),
+                                np.shape(ctx.G), np.shape(out.prefill.time_s), np.shape(out.kv_total_bytes),
+                                *(np.shape(v) for v in out.memory.values()),
+                                *(np.shape(v) for v in (out.other_device_memory or {}).values()),
+                                *(np.shape(v) for v in out.extras.values() if not isinstance(v, list)))
+    if np.shape(lat) != shape:
+        lat = np.broadcast_to(lat, shape)
     tps = np.broadcast_to(out.tokens_per_step, shape).astype(float)
     seqs = np.broadcast_to(out.n_seqs, shape).astype(float)
     mem_t = {k: np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in out.memory.items()}

@@ -9,7 +9,11 @@ for the group. Formulas (per layer unless stated):
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
               L2 bytes = KV tokens re-read from L2
-* all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s)
+* all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring or tree, over
+              parallel.tp_link: the network when the TP group spans nodes)
+* PP hand-off: per pass, pp − 1 activation hand-offs of tokens·d_model·act_bytes plus the sampled ids back
+              to the first stage (parallel.pipeline_handoff_s); the pass itself is all layers in sequence,
+              i.e. one micro-batch through every stage
 * LM head:    2 · vocab·d_model/tp · lm_tokens FLOPs; its weights once, plus fp32 logits written
 """
 
@@ -37,6 +41,7 @@ class Exec:
     kv_dtype: str = "fp16"
     tp: int = 1
     pp: int = 1
+    allreduce_algorithm: str = "ring"     # 'ring' or 'tree' (parallel.allreduce_time_s)
 
     @property
     def w_bytes(self) -> float:
@@ -84,8 +89,14 @@ class Exec:
         return self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
 
     def weight_bytes_device(self) -> float:
-        """Weights resident on one device: all parameters / (tp·pp)."""
-        return self.model.n_params * self.w_bytes / (self.tp * self.pp)
+        """Weights resident on one device: (all parameters + replicated K/V projections) / (tp·pp).
+
+        When kv_heads < tp each device keeps ceil(kv/tp) KV heads, so the group holds
+        (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise).
+        """
+        m = self.model
+        extra = (self.kv_heads_per_device * self.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
+        return (m.n_params + extra) * self.w_bytes / (self.tp * self.pp)
 
 
 @dataclass
@@ -154,11 +165,15 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
         ops.append(gemm("ffn", m.expert_params / tp, t, d, d, ex))
     ops.append(Op("ffn_activation", "vector", L, flops=4.0 * ff * t, hbm_bytes=3.0 * ff * t * act))
     if tp > 1:
-        from .parallel import allreduce_time_s
+        from .parallel import allreduce_time_s, tp_link
         msg = t * d * act
-        ops.append(Op("allreduce", "comm", 2 * L, comm_s=allreduce_time_s(msg, tp, ex.hw.link_for(tp)),
-                      hbm_bytes=0.0))
+        ops.append(Op("allreduce", "comm", 2 * L, hbm_bytes=0.0,
+                      comm_s=allreduce_time_s(msg, tp, tp_link(ex.hw, tp, ex.pp), ex.allreduce_algorithm)))
     lm_t = t if shape.lm_tokens is None else np.asarray(shape.lm_tokens, dtype=float)
+    if ex.pp > 1:
+        from .parallel import pipeline_handoff_s
+        ops.append(Op("pp_handoff", "comm", 1, hbm_bytes=0.0, group="pass",
+                      comm_s=pipeline_handoff_s(t, lm_t, d, act, ex.hw, tp, ex.pp)))
     vocab = m.vocab_size / tp
     ops.append(Op("embedding", "vector", 1, flops=0.0 * t, hbm_bytes=2.0 * t * d * act, group="pass"))
     head = gemm("lm_head", vocab * d, lm_t, d, 0, ex, count=1)

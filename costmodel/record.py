@@ -69,7 +69,7 @@ FIELD_NAMES = tuple(f.name for f in fields(Record))
 META_FIELDS = ("id", "metric", "value", "values", "source", "text", "reliability", "notes", "unit",
                "source_locator", "runtime_note", "measured")
 
-INT_FIELDS = {"batch_size": 1, "prompt_len": 0, "gen_len": 1, "n_devices": 1, "tensor_parallel": 1,
+INT_FIELDS = {"batch_size": 1, "prompt_len": 1, "gen_len": 1, "n_devices": 1, "tensor_parallel": 1,
               "pipeline_parallel": 1, "gamma": 1, "draft_kv_budget": 1, "tree_width": 1, "tree_depth": 1,
               "tree_nodes": 1, "n_branches": 1, "shared_prefix_len": 0}
 CHOICES = {"strategy": STRATEGIES, "attention_kernel": KERNELS, "draft_placement": PLACEMENTS,
@@ -79,40 +79,53 @@ MAX_INT = {"batch_size": 1 << 20, "prompt_len": 1 << 24, "gen_len": 1 << 24, "n_
            "gamma": 64, "tree_width": 64, "tree_depth": 64, "tree_nodes": 1024, "n_branches": 4096}
 
 
-def _as_int(name, v, src):
+def _short(v, limit: int = 40) -> str:
+    r = repr(v)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
+def _as_number(name, v, src, what):
+    """bool/str/int/float -> int or float, refusing non-numbers and non-finite values ('nan', 'inf')."""
     if isinstance(v, bool):
-        raise InputError(f"must be an integer, got {v!r}", source=src, field=name)
+        raise InputError(f"must be {what}, got {v!r}", source=src, field=name)
     if isinstance(v, str):
         s = v.strip().replace("_", "")
         try:
-            f = float(s)
+            v = int(s)
         except ValueError:
-            raise InputError(f"must be an integer, got {v!r}", source=src, field=name) from None
-        v = f
-    if isinstance(v, float):
-        if not math.isfinite(v) or v != int(v):
-            raise InputError(f"must be an integer, got {v!r}", source=src, field=name)
-        v = int(v)
-    if not isinstance(v, int):
-        raise InputError(f"must be an integer, got {type(v).__name__} {v!r}", source=src, field=name)
+            try:
+                v = float(s)
+            except ValueError:
+                raise InputError(f"must be {what}, got {_short(v)}", source=src, field=name) from None
+    if not isinstance(v, (int, float)):
+        kind = {list: "a list", tuple: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
+        raise InputError(f"must be {what}, got {kind} {_short(v)}", source=src, field=name)
+    try:
+        finite = math.isfinite(v)
+    except OverflowError:                       # an integer beyond float range
+        finite = False
+    if not finite:
+        raise InputError(f"must be a finite number, got {_short(v)}", source=src, field=name,
+                         allowed="a finite number (not nan or inf)")
+    return v
+
+
+def _as_int(name, v, src):
+    raw = v
+    v = _as_number(name, v, src, "an integer")
     lo, hi = INT_FIELDS[name], MAX_INT.get(name)
+    allowed = f"an integer >= {lo}" + (f" and <= {hi}" if hi else "")
+    if isinstance(v, float):
+        if v != int(v):
+            raise InputError(f"must be an integer, got {_short(raw)}", source=src, field=name, allowed=allowed)
+        v = int(v)
     if v < lo or (hi is not None and v > hi):
-        raise InputError(f"out of range: {v}", source=src, field=name,
-                         allowed=f"an integer >= {lo}" + (f" and <= {hi}" if hi else ""))
+        raise InputError(f"out of range: {_short(raw)}", source=src, field=name, allowed=allowed)
     return v
 
 
 def _as_float(name, v, src):
-    if isinstance(v, bool):
-        raise InputError(f"must be a number, got {v!r}", source=src, field=name)
-    if isinstance(v, str):
-        try:
-            v = float(v.strip())
-        except ValueError:
-            raise InputError(f"must be a number, got {v!r}", source=src, field=name) from None
-    if not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise InputError(f"must be a finite number, got {v!r}", source=src, field=name)
-    return float(v)
+    return float(_as_number(name, v, src, "a number"))
 
 
 def _as_float_list(name, v, src):
@@ -131,15 +144,17 @@ def _as_int_list(name, v, src):
     elif isinstance(v, (list, tuple)):
         parts = list(v)
     else:
-        raise InputError("must be a list of parent indices", source=src, field=name)
+        raise InputError(f"must be a list of parent indices, got {_short(v)}", source=src, field=name,
+                         allowed="node i's parent for i = 1..n, e.g. 0,0,1,1 (0 = the root)")
     out = []
     for p in parts:
         try:
-            f = float(str(p).strip()) if not isinstance(p, (int, float)) or isinstance(p, bool) else p
-        except ValueError:
-            raise InputError(f"parent indices must be integers, got {p!r}", source=src, field=name) from None
-        if isinstance(f, bool) or float(f) != int(f):
-            raise InputError(f"parent indices must be integers, got {p!r}", source=src, field=name)
+            f = _as_number(name, p, src, "a list of integer parent indices")
+        except InputError:
+            raise InputError(f"parent indices must be integers, got {_short(p)}", source=src, field=name,
+                             allowed="node i's parent for i = 1..n, e.g. 0,0,1,1 (0 = the root)") from None
+        if f != int(f):
+            raise InputError(f"parent indices must be integers, got {_short(p)}", source=src, field=name)
         out.append(int(f))
     return tuple(out)
 
@@ -202,25 +217,27 @@ def _check_consistency(r: Record, src: str) -> None:
         raise InputError(f"out of range: {a}", source=src, field="acceptance_rate",
                          allowed="0 <= α < 1 (α = 1 would mean the draft is never wrong; give "
                                  "mean_accepted_tokens = gamma + 1 for that)")
-    tp = r.tensor_parallel
-    if tp is not None and r.n_devices % tp:
-        raise InputError(f"tensor_parallel ({tp}) must divide n_devices ({r.n_devices})", source=src,
-                         field="tensor_parallel", value=tp)
-    if r.n_devices % r.pipeline_parallel:
-        raise InputError(f"pipeline_parallel ({r.pipeline_parallel}) must divide n_devices ({r.n_devices})",
-                         source=src, field="pipeline_parallel", value=r.pipeline_parallel)
-    if tp is not None and tp * r.pipeline_parallel != r.n_devices:
-        raise InputError(f"tensor_parallel × pipeline_parallel = {tp * r.pipeline_parallel} but n_devices = "
-                         f"{r.n_devices}", source=src, field="tensor_parallel", value=tp)
+    if tau is not None and tau < 1.0:
+        raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
+                         allowed="τ >= 1 (every verification step gains at least the bonus token)")
+    tp, pp = r.tensor_parallel, r.pipeline_parallel
+    if tp is not None and tp * pp != r.n_devices:
+        raise InputError(f"tensor_parallel {tp} × pipeline_parallel {pp} = {tp * pp} devices, but n_devices is "
+                         f"{r.n_devices}", source=src, field="tensor_parallel", value=tp,
+                         allowed=f"n_devices = tensor_parallel × pipeline_parallel (e.g. n_devices={tp * pp})")
+    if r.n_devices % pp:
+        raise InputError(f"pipeline_parallel ({pp}) must divide n_devices ({r.n_devices})",
+                         source=src, field="pipeline_parallel", value=pp)
     if r.shared_prefix_len > r.prompt_len:
         raise InputError(f"shared_prefix_len ({r.shared_prefix_len}) exceeds prompt_len ({r.prompt_len})",
-                         source=src, field="shared_prefix_len", value=r.shared_prefix_len)
+                         source=src, field="shared_prefix_len", value=r.shared_prefix_len,
+                         allowed=f"0..prompt_len = 0..{r.prompt_len} (0: the whole prompt is shared)")
     if r.rank_acceptance is not None:
         p = r.rank_acceptance
-        if any(x < 0 or x > 1 for x in p) or sum(p) > 1.0 + 1e-9:
-            raise InputError(f"invalid rank acceptance {list(p)}", source=src, field="rank_acceptance",
-                             allowed="probabilities p_1..p_k in [0, 1] with Σ p_i <= 1 (the ranked "
-                                     "children's acceptances are mutually exclusive)")
+        if not p or len(p) > MAX_RANKS or any(x < 0 or x > 1 for x in p) or sum(p) > 1.0 + 1e-9:
+            raise InputError(f"invalid rank acceptance {_short(list(p), 80)}", source=src, field="rank_acceptance",
+                             allowed=f"1 to {MAX_RANKS} probabilities p_1..p_k in [0, 1] with Σ p_i <= 1 (the "
+                                     "ranked children's acceptances are mutually exclusive)")
     spec_like = r.strategy in ("speculative", "tree")
     if spec_like:
         if a is None and tau is None and r.rank_acceptance is None:
@@ -247,22 +264,92 @@ def _check_consistency(r: Record, src: str) -> None:
                              allowed="use strategy=tree for medusa/eagle, or a draft model / none / self "
                                      "for a chain")
     if r.strategy == "tree":
-        shapes = [r.tree_width is not None or r.tree_depth is not None, r.tree_nodes is not None,
-                  r.tree_parents is not None]
-        if not any(shapes):
-            raise InputError("a tree needs a shape", source=src, field="tree_nodes",
-                             allowed="tree_width and tree_depth (full tree), tree_nodes (node budget), or "
-                                     "tree_parents (explicit parent list)")
-        if (r.tree_width is None) != (r.tree_depth is None) and r.tree_nodes is None:
-            raise InputError("a full tree needs both tree_width and tree_depth", source=src,
-                             field="tree_depth" if r.tree_depth is None else "tree_width")
-        if r.tree_width is not None and r.tree_depth is not None and r.tree_parents is not None:
-            raise InputError("give either tree_width/tree_depth or tree_parents, not both", source=src,
-                             field="tree_parents")
-        if tau is not None and r.tree_depth is not None and not 1.0 <= tau <= r.tree_depth + 1:
-            raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
-                             allowed=f"1 <= τ <= tree_depth + 1 = {r.tree_depth + 1}")
-    if r.strategy == "shared_prefix" and r.n_branches < 1:
-        raise InputError("needs n_branches >= 1", source=src, field="n_branches")
-    if r.draft_kv_budget is not None and r.draft_model not in (None, "self") and r.strategy == "autoregressive":
-        pass
+        _check_tree(r, src)
+
+
+MAX_RANKS = 64
+SHAPES = "tree_width and tree_depth (full tree), tree_nodes [+ tree_depth as a bound] (optimal tree), " \
+         "or tree_parents (explicit parent list)"
+
+
+def _full_tree_nodes(width: int, depth: int, cap: int) -> int:
+    """Σ_{d=1..depth} width^d, stopping once it passes ``cap`` (width 64, depth 64 must not be built)."""
+    n, level = 0, 1
+    for _ in range(depth):
+        level *= width
+        n += level
+        if n > cap:
+            break
+    return n
+
+
+def _check_tree(r: Record, src: str) -> None:
+    """A tree's shape is given one way and is consistent; τ fits it; α or ranks and τ agree."""
+    from .tree import MAX_TREE_NODES, full_tree, optimal_tree, validate_parents
+    from .acceptance import default_rank_acceptance
+
+    w, d, n, parents = r.tree_width, r.tree_depth, r.tree_nodes, r.tree_parents
+    if w is None and d is None and n is None and parents is None:
+        raise InputError("a tree needs a shape", source=src, field="tree_nodes", allowed=SHAPES)
+    if parents is not None and (w is not None or d is not None or n is not None):
+        other = next(k for k, v in (("tree_width", w), ("tree_depth", d), ("tree_nodes", n)) if v is not None)
+        raise InputError(f"tree_parents fixes the whole tree; {other} would be ignored", source=src,
+                         field=other, allowed="give either tree_parents alone, or " + SHAPES.split(", or")[0])
+    if w is not None and n is not None:
+        raise InputError("tree_width (full tree) and tree_nodes (optimal tree for a node budget) describe "
+                         "different trees", source=src, field="tree_width", allowed=SHAPES)
+    if w is not None and d is None:
+        raise InputError("a full tree needs both tree_width and tree_depth", source=src, field="tree_depth",
+                         allowed=SHAPES)
+    if d is not None and w is None and n is None:
+        raise InputError("tree_depth alone is not a shape", source=src, field="tree_nodes", allowed=SHAPES)
+    shape = r.tree_shape
+    need = {"full": ("tree_width", w), "explicit": ("tree_parents", parents), "optimal": ("tree_nodes", n),
+            "optimal_for_hardware": ("tree_nodes", n)}.get(shape)
+    if need is not None and need[1] is None:
+        raise InputError(f"tree_shape={shape} needs {need[0]}", source=src, field=need[0], allowed=SHAPES)
+    if shape == "chain" and (w not in (None, 1)):
+        raise InputError("tree_shape=chain has width 1", source=src, field="tree_width", value=w)
+    if shape == "optimal_for_hardware" and n > MAX_HW_SEARCH_NODES:
+        raise InputError(f"out of range: {n}", source=src, field="tree_nodes",
+                         allowed=f"at most {MAX_HW_SEARCH_NODES} nodes for tree_shape=optimal_for_hardware "
+                                 "(it searches every size up to tree_nodes)")
+    tree = None
+    if parents is not None:
+        try:
+            tree = validate_parents(parents)
+        except InputError as exc:
+            raise InputError(str(exc).split(": ", 1)[-1], source=src, field="tree_parents") from None
+        depth = tree.depth
+    elif w is not None:
+        nodes = _full_tree_nodes(w, d, MAX_TREE_NODES)
+        if nodes > MAX_TREE_NODES:
+            raise InputError(f"a {w}-ary tree of depth {d} has more than {MAX_TREE_NODES} nodes", source=src,
+                             field="tree_width", allowed=f"at most {MAX_TREE_NODES} nodes in all")
+        depth = d
+    else:
+        depth = n if d is None else min(n, d)
+    tau = r.mean_accepted_tokens
+    if tau is not None and shape == "optimal_for_hardware":
+        # the search compares tree sizes: a fixed τ would make the smallest tree always win
+        raise InputError("tree_shape=optimal_for_hardware compares tree sizes by their expected tokens, which "
+                         "a single mean_accepted_tokens cannot give", source=src, field="mean_accepted_tokens",
+                         allowed="acceptance_rate (α) or rank_acceptance instead of τ")
+    if tau is not None and not 1.0 <= tau <= depth + 1:
+        raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
+                         allowed=f"1 <= τ <= tree depth + 1 = {depth + 1}")
+    ranks = r.rank_acceptance or (default_rank_acceptance(r.acceptance_rate) if r.acceptance_rate is not None
+                                  else None)
+    if tau is None or ranks is None:
+        return
+    given = "rank_acceptance" if r.rank_acceptance else "acceptance_rate"
+    if tree is None:
+        tree = full_tree(w, d) if w is not None else optimal_tree(int(n), tuple(ranks), d)
+    implied = tree.expected_tokens(ranks)
+    if abs(implied - tau) > 0.05 * tau:
+        raise InputError(f"{given} implies τ = {implied:.3f} for this tree, but mean_accepted_tokens is {tau}",
+                         source=src, field="mean_accepted_tokens",
+                         allowed=f"give one of {given} and τ, or two that agree within 5%")
+
+
+MAX_HW_SEARCH_NODES = 256

@@ -12,6 +12,9 @@ and the pass is 'launch'-bound when the host is the slower side.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,31 +52,210 @@ class Cost:
 
     def bound(self) -> np.ndarray:
         """Name of the resource with the most attributed time, per element."""
-        stack = np.stack([np.broadcast_to(self.by_bound[b], np.shape(self.time_s)) for b in BOUNDS])
+        shape = np.shape(self.time_s)
+        fast = _max_argmax([_compact(np.broadcast_to(self.by_bound[b], shape)) for b in BOUNDS])
+        if fast is not None:
+            return _BOUND_NAMES[np.broadcast_to(fast[1], shape)]
+        stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])
         return np.asarray(BOUNDS, dtype=object)[np.argmax(stack, axis=0)]
+
+
+_BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
+_OP_BOUND_NAMES = np.asarray(("compute", "memory", "l2", "interconnect"), dtype=object)
+#: whether pass_cost keeps the per-operator rows (Cost.ops); see operator_rows()
+_RECORD_OPS = contextvars.ContextVar("costmodel_record_operator_rows", default=True)
+
+
+@contextlib.contextmanager
+def operator_rows(enabled: bool):
+    """Within the block, pass_cost keeps (True, the default) or skips (False) the per-operator
+    breakdown ``Cost.ops`` (used by ``evaluate(details=True)`` and plots). Skipping changes no other
+    value; ``costmodel.sweep`` skips it."""
+    token = _RECORD_OPS.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _RECORD_OPS.reset(token)
+
+
+def _compact(a: np.ndarray) -> np.ndarray:
+    """A broadcast view (zero strides) as the smallest view that broadcasts back to it."""
+    if a.ndim == 0 or 0 not in a.strides or a.size == 0:
+        return a
+    return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+
+
+def _max_argmax(terms):
+    """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
+    of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
+    that broadcasts to the max's. None when a term holds a NaN or a negative number (or -0.0),
+    where the caller takes the reference path. For non-negative terms the first maximum is the
+    last term that is strictly greater than the running maximum."""
+    vals = [np.asarray(t, dtype=float) for t in terms]
+    if all(v.ndim == 0 for v in vals):
+        fl = [float(v) for v in vals]
+        if not all(x >= 0.0 and math.copysign(1.0, x) > 0 for x in fl):
+            return None
+        m = max(fl)
+        return np.float64(m), np.intp(fl.index(m))
+    m, idx = vals[0], None
+    if not _nonneg(m):
+        return None
+    for i, t in enumerate(vals[1:], start=1):
+        if t.ndim == 0:
+            x = float(t)
+            if not (x >= 0.0 and math.copysign(1.0, x) > 0):
+                return None
+            if x == 0.0:             # never above a non-negative running max; max(m, 0) = m
+                continue
+        elif not _nonneg(t):
+            return None
+        gt = t > m
+        if gt.ndim == 0 or gt.any():
+            m = np.maximum(m, t)
+            step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
+            idx = step if idx is None else np.maximum(idx, step)
+        elif t.shape != m.shape and np.broadcast_shapes(t.shape, m.shape) != m.shape:
+            m = np.broadcast_to(m, np.broadcast_shapes(t.shape, m.shape))
+    if idx is None:
+        idx = np.zeros(np.shape(m), dtype=np.int8)
+    return m, idx
+
+
+def _nonneg(a: np.ndarray) -> bool:
+    """Every element >= +0.0 (no negatives, no -0.0, no NaN): the sign bit is clear and, read as
+    int64, the value is at most +inf's bit pattern."""
+    if a.ndim == 0:
+        x = float(a)
+        return x >= 0.0 and math.copysign(1.0, x) > 0
+    bits = np.ascontiguousarray(a).view(np.int64) if a.dtype == np.float64 else None
+    if bits is None:
+        return False
+    return bool(bits.min() >= 0 and bits.max() <= _INF_BITS)
+
+
+_INF_BITS = int(np.array(np.inf).view(np.int64))
 
 
 def op_time(op, ex: Exec):
     """(seconds, bound index) of one operator instance."""
+    t, idx = _op_time(op, ex)
+    return t, np.broadcast_to(idx, np.shape(t)).astype(np.intp)
+
+
+def _op_time(op, ex: Exec):
+    """op_time with the bound index possibly compact (int8, broadcasting to the time's shape)."""
     peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
-    terms = np.broadcast_arrays(
-        np.asarray(op.flops, dtype=float) / peak,
-        np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
-        np.asarray(op.l2_bytes, dtype=float) / ex.hw.l2_bandwidth_bytes_per_s,
-        np.asarray(op.comm_s, dtype=float))
-    stack = np.stack(terms)
+    terms = (np.asarray(op.flops, dtype=float) / peak,
+             np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
+             np.asarray(op.l2_bytes, dtype=float) / ex.hw.l2_bandwidth_bytes_per_s,
+             np.asarray(op.comm_s, dtype=float))
+    fast = _max_argmax(terms)
+    if fast is not None:
+        return fast
+    stack = np.stack(np.broadcast_arrays(*terms))
     return stack.max(axis=0), stack.argmax(axis=0)
 
 
 def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     """Cost of one forward pass of ``shape`` on ``ex`` (see module docstring)."""
     ops = layer_ops(shape, ex)
+    fast = _pass_cost_fast(shape, ex, ops)
+    return fast if fast is not None else _pass_cost_reference(shape, ex, ops)
+
+
+def _pass_cost_fast(shape: PassShape, ex: Exec, ops) -> Cost | None:
+    """pass_cost's arithmetic, the same floating-point operations in the same order, with
+    allocations reused: accumulators are added into in place once they are this function's own
+    full-size arrays, and a bound's accumulator skips an operator whose contribution is +0.0
+    everywhere (adding +0.0 to a sum that started at +0.0 changes nothing). None (the caller
+    takes the reference path) when an operator's times hold a NaN or a negative number."""
+    names = ("compute", "memory", "l2", "interconnect")
+    record = _RECORD_OPS.get()
+    acc = [None, None, None, None]          # None: still the initial 0.0
+    own = [False, False, False, False]
+    flops = hbm = 0.0
+    f_own = h_own = False
+    rows = []
+    for op in ops:
+        timed = _op_time(op, ex)
+        if np.ndim(timed[1]) and timed[1].dtype != np.int8:
+            return None                     # reference op_time (NaN / negative terms)
+        t, idx = timed
+        cnt = op.count
+        tc = t * cnt
+        if np.ndim(idx) == 0:
+            lo = hi = int(idx)
+        else:
+            lo, hi = int(idx.min()), int(idx.max())
+        for i in range(lo, hi + 1):
+            if lo == hi:
+                c = tc
+            else:
+                mask = idx == i
+                if not mask.any():
+                    continue
+                c = np.where(mask, tc, 0.0)
+            acc[i], own[i] = _add(acc[i], own[i], c)
+        f = np.asarray(op.flops, dtype=float)
+        h = np.asarray(op.hbm_bytes, dtype=float)
+        flops, f_own = _add(flops, f_own, f * cnt) if f_own or np.ndim(flops) else (flops + f * cnt, True)
+        hbm, h_own = _add(hbm, h_own, (h + 0.0) * cnt) if h_own or np.ndim(hbm) else (hbm + (h + 0.0) * cnt, True)
+        if record:
+            rows.append((op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
+                         _OP_BOUND_NAMES[np.broadcast_to(idx, np.shape(t))]))
+    kernels = kernel_count(shape, ex)
+    gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
+    device_s = 0
+    d_own = False
+    for a in acc:                            # Σ acc[b] (built-in sum: starts at int 0)
+        if a is None:
+            if np.ndim(device_s) == 0 and not d_own:
+                device_s = device_s + 0.0
+            continue
+        device_s, d_own = _add(device_s, d_own, a) if d_own else (device_s + a, True)
+    device_s, d_own = _add(device_s, d_own, kernels * gap) if d_own else (device_s + kernels * gap, True)
+    host_s = kernels * ex.rt.host_per_kernel_s
+    launch = 0.0 + kernels * gap
+    wait = host_s - device_s
+    wait = np.maximum(wait, 0.0, out=wait) if isinstance(wait, np.ndarray) and wait.ndim else np.maximum(wait, 0.0)
+    launch = launch + wait
+    time, _ = _add(device_s, d_own, wait)
+    shp = np.shape(time)
+    by = {b: np.broadcast_to(np.asarray(0.0 if a is None else a, dtype=float), shp) for b, a in zip(names, acc)}
+    by["launch"] = np.broadcast_to(np.asarray(launch, dtype=float), shp)
+    by = {b: by[b] for b in BOUNDS}
+    return Cost(np.asarray(time, dtype=float), _times(flops, f_own, ex.tp, shp), _times(hbm, h_own, ex.tp, shp),
+                by, rows)
+
+
+def _add(acc, owned: bool, x):
+    """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
+    if acc is None:
+        return 0.0 + x, True
+    if owned and isinstance(acc, np.ndarray) and acc.ndim and np.ndim(x) <= acc.ndim and \
+            np.broadcast_shapes(acc.shape, np.shape(x)) == acc.shape:
+        return np.add(acc, x, out=acc), True
+    return acc + x, True
+
+
+def _times(a, owned: bool, k, shp):
+    """np.broadcast_to(a * k, shp).astype(float), without copies when ``a`` is already ours."""
+    a = a * k if k != 1 else a
+    if owned and isinstance(a, np.ndarray) and a.shape == shp and a.dtype == np.float64:
+        return a
+    return np.broadcast_to(a, shp).astype(float)
+
+
+def _pass_cost_reference(shape: PassShape, ex: Exec, ops) -> Cost:
+    """pass_cost as written first (the formulas, one array operation at a time)."""
     names = ("compute", "memory", "l2", "interconnect")
     acc = {b: 0.0 for b in BOUNDS}
     flops = hbm = 0.0
     rows = []
     for op in ops:
         t, idx = op_time(op, ex)
+        idx = np.broadcast_to(idx, np.shape(t))
         for i, b in enumerate(names):
             acc[b] = acc[b] + np.where(idx == i, t, 0.0) * op.count
         flops = flops + np.asarray(op.flops, dtype=float) * op.count

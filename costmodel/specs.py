@@ -7,6 +7,7 @@ is refused, never executed) and :class:`Fields`, which names file and field in e
 from __future__ import annotations
 
 import functools
+import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -16,27 +17,135 @@ import yaml
 from .errors import InputError, suggest
 
 
-def load_yaml(path) -> object:
-    """Parse a YAML file with the safe loader; malformed or hostile YAML raises InputError."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("file not found", source=str(path))
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also refuses duplicate keys, and turns a scalar the safe constructors
+    choke on (``2024-13-45``, ``0x_``, ``!!int abc``) into a marked error instead of a raw exception."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read value {value!r} ({node.tag.rsplit(':', 1)[-1]}): {exc}",
+                node.start_mark) from None
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise _DuplicateKey(None, None, f"key {key_node.value!r} appears twice (first at line "
+                                        f"{seen[key].line + 1}); give each field once", key_node.start_mark)
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+MAX_YAML_BYTES = 16 << 20
+
+
+def parse_yaml(text: str, source: str = "YAML") -> object:
+    """Parse YAML text with the safe loader; malformed or hostile YAML raises InputError naming
+    ``source`` and the line. Tags that would build Python objects (``!!python/...``) are refused."""
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read file: {exc}", source=str(path)) from None
-    try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except _DuplicateKey as exc:
+        raise InputError(f"malformed YAML: {_where(exc)}{exc.problem}", source=source) from None
     except yaml.constructor.ConstructorError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"unsupported YAML tag{where}: {exc.problem} (only plain YAML is read; "
-                         "python/object tags are refused)", source=str(path)) from None
+        problem = str(exc.problem or "")
+        if "could not determine a constructor" in problem:
+            tag = problem.split("tag", 1)[-1].strip(" '")
+            raise InputError(f"unsupported YAML tag {tag!r} {_where(exc, ',')}only plain YAML (mappings, lists, "
+                             "numbers, text) is read; tags that build Python objects are refused, never run",
+                             source=source) from None
+        raise InputError(f"malformed YAML: {_where(exc)}{problem}", source=source) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"malformed YAML: {where}{problem}", source=str(path)) from None
+        raise InputError(f"malformed YAML: {_where(exc)}{problem}", source=source) from None
+    except RecursionError:
+        raise InputError("malformed YAML: nested too deeply", source=source) from None
+
+
+def _where(exc, sep=":") -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}{sep} " if mark else ""
+
+
+def load_yaml(path) -> object:
+    """Parse a YAML file with the safe loader; a missing, unreadable, malformed or hostile file raises
+    InputError naming the file (and the line, where the parser knows it)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("file not found", source=str(path))
+    if not p.is_file():
+        raise InputError("not a file", source=str(path), allowed="a YAML file")
+    try:
+        if p.stat().st_size > MAX_YAML_BYTES:
+            raise InputError(f"file too large ({p.stat().st_size} bytes)", source=str(path),
+                             allowed=f"at most {MAX_YAML_BYTES} bytes")
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}): is this a YAML file?", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", source=str(path)) from None
+    return parse_yaml(text, str(path))
+
+
+def read_csv(path) -> list:
+    """Rows of a CSV file with a header: ``[(line_number, {column: cell}), ...]``.
+
+    Cells stay text (empty = default); a row with more cells than the header, a missing header, a
+    duplicate column or undecodable bytes raise InputError naming the file and line. Give each row
+    to ``parse_record(row, source=f"{path}, line {n}")`` so that its errors name the line too.
+    """
+    import csv
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError("file not found", source=str(path))
+    if not p.is_file():
+        raise InputError("not a file", source=str(path), allowed="a CSV file")
+    rows = []
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh, strict=True)
+            header = None
+            for cells in reader:
+                line = reader.line_num
+                if header is None:
+                    if not any(c.strip() for c in cells):
+                        continue
+                    header = [c.strip() for c in cells]
+                    if any(not h for h in header):
+                        raise InputError(f"line {line}: empty column name in the header", source=str(path))
+                    dup = sorted({h for h in header if header.count(h) > 1})
+                    if dup:
+                        raise InputError(f"line {line}: column {dup[0]!r} appears twice", source=str(path))
+                    continue
+                if not any(c.strip() for c in cells):
+                    continue
+                if len(cells) > len(header):
+                    raise InputError(f"line {line}: {len(cells)} cells but the header has {len(header)} columns",
+                                     source=str(path))
+                rows.append((line, {h: (cells[i] if i < len(cells) else "") for i, h in enumerate(header)}))
+    except csv.Error as exc:
+        raise InputError(f"malformed CSV at line {reader.line_num}: {exc}", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}): is this a CSV file?", source=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", source=str(path)) from None
+    if header is None:
+        raise InputError("empty file: expected a header row and records", source=str(path))
+    return rows
 
 
 def zoo_dir(kind: str) -> Path:
@@ -59,19 +168,27 @@ def zoo_ids(kind: str) -> list[str]:
 
 def resolve(kind: str, id_or_path, field: str) -> Path:
     """Zoo id (case-insensitive) or a path to a file -> Path; unknown ids list close matches."""
+    ids = zoo_ids(kind)
+    if not isinstance(id_or_path, (str, Path)):
+        raise InputError(f"must be a zoo id or a path, got {type(id_or_path).__name__} {id_or_path!r}",
+                         field=field, allowed=", ".join(ids) + ", or a path to a YAML file")
     s = str(id_or_path).strip()
     if not s:
-        raise InputError("empty value", field=field, allowed=", ".join(zoo_ids(kind)))
+        raise InputError("empty value", field=field, allowed=", ".join(ids) + ", or a path to a YAML file")
+    if "\0" in s:
+        raise InputError(f"not a valid id or path: {s!r}", field=field)
     p = Path(s)
-    looks_like_path = os.sep in s or s.endswith((".yaml", ".yml", ".json"))
+    looks_like_path = os.sep in s or "/" in s or s.endswith((".yaml", ".yml", ".json"))
     if looks_like_path:
-        if not p.is_file():
-            raise InputError("file not found", source=s, field=field)
-        return p
+        if p.is_file():
+            return p
+        hint = ""
+        if p.stem.lower() in ids:
+            hint = f" (the bundled '{p.stem.lower()}' is written without a path: {field}={p.stem.lower()})"
+        raise InputError(("not a file" if p.exists() else "file not found") + hint, source=s, field=field)
     cand = zoo_dir(kind) / f"{s.lower()}.yaml"
-    if cand.is_file():
+    if s.lower() in ids and cand.is_file():
         return cand
-    ids = zoo_ids(kind)
     raise InputError(f"unknown id '{s}'{suggest(s.lower(), ids)}", field=field,
                      allowed=", ".join(ids) + ", or a path to a YAML file")
 
@@ -81,7 +198,8 @@ class Fields:
 
     def __init__(self, data, source: str, prefix: str = ""):
         if not isinstance(data, dict):
-            raise InputError(f"expected a mapping, got {type(data).__name__}", source=source,
+            what = "nothing (the file is empty)" if data is None and not prefix else _kind(data)
+            raise InputError(f"expected a mapping of field: value, got {what}", source=source,
                              field=prefix or None)
         self.data, self.source, self.prefix = data, source, prefix
 
@@ -110,8 +228,14 @@ class Fields:
             return default
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             hint = " (write floats as 3.12e+14: YAML reads 312e12 as a string)" if isinstance(v, str) else ""
-            raise InputError(f"must be a number, got {type(v).__name__} {v!r}{hint}", source=self.source,
+            raise InputError(f"must be a number, got {_kind(v)}{hint}", source=self.source,
                              field=self._name(key))
+        try:
+            finite = math.isfinite(v)
+        except OverflowError:           # an integer too large for a float
+            finite = False
+        if not finite:
+            raise InputError(f"must be a finite number, got {_short(v)}", source=self.source, field=self._name(key))
         if integer and int(v) != v:
             raise InputError(f"must be an integer, got {v!r}", source=self.source, field=self._name(key))
         if min_value is not None and v < min_value:
@@ -125,11 +249,10 @@ class Fields:
         if v is None:
             return default
         if not isinstance(v, str):
-            raise InputError(f"must be text, got {type(v).__name__} {v!r}", source=self.source,
-                             field=self._name(key))
+            raise InputError(f"must be text, got {_kind(v)}", source=self.source, field=self._name(key))
         if choices is not None and v not in choices:
-            raise InputError(f"unknown value {v!r}", source=self.source, field=self._name(key),
-                             allowed=", ".join(choices))
+            raise InputError(f"unknown value {v!r}{suggest(v, choices)}", source=self.source,
+                             field=self._name(key), allowed=", ".join(choices))
         return v
 
     def flag(self, key, required=True, default=False):
@@ -137,7 +260,7 @@ class Fields:
         if v is None:
             return default
         if not isinstance(v, bool):
-            raise InputError(f"must be true or false, got {v!r}", source=self.source, field=self._name(key))
+            raise InputError(f"must be true or false, got {_kind(v)}", source=self.source, field=self._name(key))
         return v
 
     def items(self, key, required=True) -> list:
@@ -145,9 +268,19 @@ class Fields:
         if v is None:
             return []
         if not isinstance(v, list):
-            raise InputError(f"must be a list, got {type(v).__name__}", source=self.source,
-                             field=self._name(key))
+            raise InputError(f"must be a list, got {_kind(v)}", source=self.source, field=self._name(key))
         return v
+
+
+def _short(v, limit: int = 60) -> str:
+    r = repr(v)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
+def _kind(v) -> str:
+    """'text 'abc'', 'list [1, 2]': a value as an error message shows it."""
+    names = {str: "text", list: "a list", dict: "a mapping", bool: "a boolean", type(None): "null"}
+    return f"{names.get(type(v), type(v).__name__)} {_short(v)}" if v is not None else "null"
 
 
 @functools.lru_cache(maxsize=None)

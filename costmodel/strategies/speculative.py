@@ -1,9 +1,11 @@
 """Chain speculative decoding: γ sequential draft passes, then one target pass over γ+1 tokens.
 
 Step time (draft on the target's device, or ``draft_schedule=serial`` on another device):
-    T_step = γ·T_draft(B, 1, L_draft) + T_target(B, γ+1, L) [+ 2 token transfers when separate]
-``draft_schedule=overlap`` (draft on its own device, two micro-batches in flight):
-    T_step = max(γ·T_draft, T_target) + transfers
+    T_step = γ·T_draft(B, 1, L_draft) + T_target(B, γ+1, L) [+ X, the token transfers, when separate]
+``draft_schedule=overlap`` (a draft model on its own device; see :func:`combine`): the cheapest of
+    serial;  look-ahead  p·max(D, V) + (1 − p)·(D + V) + X  with p = α^(γ·B);
+    two half-batches in flight (B ≥ 2)  max(2·D½, 2·V½, D½ + V½ + X½)
+where D = γ·T_draft, V = T_target and ½ marks a half batch.
 Tokens per step: Leviathan's (1 − α^(γ+1))/(1 − α), or τ as given; lock-step batches Σ α^(jB)
 (see :mod:`costmodel.acceptance`). Draft kinds: a model (own weights and KV), ``self`` (the target
 with a KV budget: reads all weights but only ``draft_kv_budget`` tokens of KV, MagicDec), ``none``
@@ -15,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import acceptance, memory
-from ..parallel import transfer_time_s
+from ..parallel import draft_link, transfer_time_s
 from ..roofline import Cost, comm_cost, pass_cost
 from .common import Ctx, Outcome, decode_shape, per_layer_scores_prefill, prefill_cost, target_memory, \
     with_step_overhead
@@ -36,36 +38,85 @@ def draft_context(ctx: Ctx, L):
     return L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
 
 
-def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L) -> Cost:
+def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
     """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None)."""
+    B = ctx.B if B is None else B
     if draft is None:
-        return Cost.zero(np.shape(ctx.B * ctx.P * ctx.G * ctx.gamma))
+        return Cost.zero(np.shape(B * ctx.P * ctx.G * ctx.gamma))
     Ld = draft_context(ctx, L)
-    return pass_cost(decode_shape(ctx.B, q_per_pass, Ld), draft).scale(n_passes)
+    return pass_cost(decode_shape(B, q_per_pass, Ld), draft).scale(n_passes)
 
 
-def link_transfer(ctx: Ctx, draft_tokens_per_seq) -> Cost:
-    """Draft token ids to the target and accepted ids back (int32 each) over the placement's link."""
-    place = ctx.rec.draft_placement
-    if place == "same_device":
+def separate(ctx: Ctx) -> bool:
+    """The draft is a model running on its own device: a placement other than ``same_device`` and a
+    draft that has weights of its own (``none``, ``medusa`` and ``self`` have nothing to move)."""
+    return ctx.rec.draft_placement != "same_device" and ctx.rec.draft_model not in ("none", "medusa", "self")
+
+
+def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
+    """X: k draft token ids to the target, then k + 1 ids (accepted + bonus, an upper bound) back,
+    4 B each, α + S/β per message over :func:`costmodel.parallel.draft_link`. An EAGLE head also needs
+    the target's hidden states of those tokens: (k + 1)·d_model·act_bytes more on the way back."""
+    if not separate(ctx):
         return Cost.zero()
-    hw = ctx.ex.hw
-    link = hw.network if place == "separate_node" else hw.scale_up
-    out = transfer_time_s(ctx.B * draft_tokens_per_seq * 4.0, link)
-    back = transfer_time_s(ctx.B * (draft_tokens_per_seq + 1) * 4.0, link)
-    return comm_cost(out + back)
+    B = ctx.B if B is None else B
+    ex = ctx.ex
+    link = draft_link(ex.hw, ex.tp * ex.pp, ctx.rec.draft_placement)
+    k = np.asarray(draft_tokens_per_seq, dtype=float)
+    out = transfer_time_s(B * k * 4.0, link)
+    back_bytes = B * (k + 1.0) * 4.0
+    if ctx.rec.draft_model == "eagle":
+        back_bytes = back_bytes + B * (k + 1.0) * ex.model.d_model * ex.act_bytes
+    return comm_cost(out + transfer_time_s(back_bytes, link))
 
 
-def combine(ctx: Ctx, draft_cost: Cost, verify: Cost, transfer: Cost) -> Cost:
-    if ctx.rec.draft_placement != "same_device" and ctx.rec.draft_schedule == "overlap":
-        # the slower side sets the pace; attribute the step to it
-        d_slow = draft_cost.time_s > verify.time_s
-        t = np.maximum(draft_cost.time_s, verify.time_s)
-        by = {b: np.where(d_slow, draft_cost.by_bound[b], verify.by_bound[b]) for b in verify.by_bound}
-        step = Cost(t, draft_cost.flops + verify.flops, draft_cost.hbm_bytes + verify.hbm_bytes, by,
-                    draft_cost.ops + verify.ops)
-        return step + transfer
-    return draft_cost + verify + transfer
+def lookahead_probability(ctx: Ctx):
+    """p: chance that a draft which kept drafting during verification (assuming all γ tokens of every
+    sequence accepted) drafted on the right prefix: α^(γ·B) for a chain (one batched draft pass serves
+    every sequence, so any rejection forces a serial redraft); 0 for trees (not priced)."""
+    if ctx.rec.strategy != "speculative":
+        return np.asarray(0.0)
+    a = ctx.alpha if ctx.alpha is not None else acceptance.alpha_from_tau(ctx.tau, ctx.gamma)
+    return np.asarray(a, dtype=float) ** (ctx.gamma * ctx.B)
+
+
+def _retimed(cost: Cost, t) -> Cost:
+    """``cost``'s work with its time set to ``t``, the per-bound attribution scaled to match."""
+    f = np.where(cost.time_s > 0, np.asarray(t, dtype=float) / np.maximum(cost.time_s, 1e-300), 0.0)
+    return Cost(np.asarray(t, dtype=float), cost.flops, cost.hbm_bytes,
+                {b: v * f for b, v in cost.by_bound.items()}, cost.ops)
+
+
+def combine(ctx: Ctx, draft_cost: Cost, verify: Cost, transfer: Cost, halves=None) -> Cost:
+    """One step from its draft work D, verification V and transfers X.
+
+    Serial (same device, or ``draft_schedule=serial``): D + V + X. With ``overlap`` and a draft on
+    its own device, the cheapest schedule the dependencies allow:
+
+    * look-ahead (PEARL-style): the draft keeps drafting while the target verifies; its work is
+      usable with probability p (:func:`lookahead_probability`):  p·max(D, V) + (1 − p)·(D + V) + X;
+    * two half-batches in flight (B ≥ 2, only when ``halves`` = (D½, V½, X½) is given): the draft
+      device serves both halves, so does the target, and each half waits for its own draft:
+      max(2·D½, 2·V½, D½ + V½ + X½) — it beats serial only when half-batch passes are cheaper than
+      full ones (compute-bound), never at small memory-bound batches.
+    """
+    serial = draft_cost + verify + transfer
+    if not (separate(ctx) and ctx.rec.draft_schedule == "overlap"):
+        return serial
+    d, v, x = draft_cost.time_s, verify.time_s, transfer.time_s
+    p = lookahead_probability(ctx)
+    t = np.minimum(serial.time_s, p * np.maximum(d, v) + (1.0 - p) * (d + v) + x)
+    if halves is None:
+        return _retimed(serial, t)
+    dh, vh, xh = halves
+    half = dh + vh + xh
+    t_pp = np.maximum(np.maximum(2.0 * dh.time_s, 2.0 * vh.time_s), half.time_s)
+    use_pp = (np.asarray(ctx.B) >= 2) & (t_pp < t)
+    t = np.where(use_pp, t_pp, t)
+    step = _retimed(serial, t)
+    step.flops = np.where(use_pp, 2.0 * (dh.flops + vh.flops), serial.flops)
+    step.hbm_bytes = np.where(use_pp, 2.0 * (dh.hbm_bytes + vh.hbm_bytes), serial.hbm_bytes)
+    return step
 
 
 def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
@@ -78,10 +129,17 @@ def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
 
 def speculative(ctx: Ctx, draft) -> Outcome:
     ex, B, L, g = ctx.ex, ctx.B, ctx.L, ctx.gamma
+    if ctx.rec.draft_model == "self":
+        draft = ex                       # the target's own Exec (carries its all-reduce algorithm)
     n_draft_passes = 0.0 if draft is None else g
     dcost = draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L)
     verify = pass_cost(decode_shape(B, g + 1.0, L), ex)
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g)), ex)
+    halves = None
+    if separate(ctx) and ctx.rec.draft_schedule == "overlap":
+        Bh = np.maximum(np.ceil(B / 2.0), 1.0)
+        halves = (draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L, B=Bh),
+                  pass_cost(decode_shape(Bh, g + 1.0, L), ex), link_transfer(ctx, g, B=Bh))
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex)
     tps = tokens_per_step(ctx, g)
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)
@@ -90,7 +148,7 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     dmem = draft_memory(ctx, draft, d_kv_tokens)
     other = None
-    if ctx.rec.draft_placement == "same_device":
+    if not separate(ctx):
         mem.update(dmem)
     else:
         other = dict(dmem, activations=memory.activation_bytes(draft, B, B) if draft is not None else 0.0,

@@ -1,0 +1,282 @@
+"""Calibration of the runtime profiles against the validation data, with honest held-out errors.
+
+What is fitted: a few parameters per runtime (``FIT_PARAMS``) — never per row, never the hardware
+efficiencies (those are sourced measurements). Each runtime's parameters are fitted on the
+calibration rows of that runtime only, by ``scipy.optimize.least_squares`` on the log error
+
+    r_i(θ) = ln(predicted_i(θ) / measured_i)          (soft-L1 loss, scale 0.1: robust to a bad row)
+
+starting from the best point of a coarse grid. Size metrics (weights, KV, peak memory) do not
+depend on these parameters and are not used in the fit.
+
+Held-out error: leave-one-source-out. The rows of one source group (one table of one
+publication: ``source_group``) are removed, every runtime that has rows in that group is refitted
+on the remaining rows, and the group's rows are predicted with those parameters. A runtime that
+has no calibration rows left keeps its prior (``PRIORS``: values not derived from the validation
+data). Rows from one table are therefore never on both sides.
+
+The final parameters written to ``runtimes/*.yaml`` are the fit on all calibration rows; the
+held-out errors estimate how that procedure generalises to measurements it did not see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+
+import numpy as np
+
+from .runtime import Runtime, load_runtime
+from .validate import SIZE_METRICS, Measurement, load_measurements, predict, predict_arrays, row_result
+
+#: parameters fitted per runtime (physical meaning in runtimes/README or runtime.py)
+FIT_PARAMS = {
+    "eager": ("host_per_kernel_s", "kernels_per_pass", "compute_efficiency"),
+    "compiled": ("bandwidth_efficiency", "step_overhead_s"),
+    "llama.cpp": ("bandwidth_efficiency", "step_overhead_s"),
+    "trt-llm": ("bandwidth_efficiency", "step_overhead_s"),
+    "vllm": ("bandwidth_efficiency", "step_overhead_s"),
+    "mlc": ("bandwidth_efficiency", "step_overhead_s"),
+}
+#: (low, high, typical scale) of each parameter
+BOUNDS = {
+    "bandwidth_efficiency": (0.3, 1.15, 1.0),
+    "compute_efficiency": (0.05, 1.1, 1.0),
+    "host_per_kernel_s": (0.0, 1.0e-4, 1.0e-5),
+    "step_overhead_s": (0.0, 2.0e-2, 1.0e-3),
+    "kernels_per_pass": (0.0, 1500.0, 100.0),
+}
+#: Values used before any fit and kept for a runtime with no calibration rows. Deliberately not
+#: derived from the validation data (bandwidth/compute efficiency 1.0 = the hardware's measured
+#: achievable figures; overheads from the runtime notes' cited or order-of-magnitude priors).
+PRIORS = {
+    "eager": {"host_per_kernel_s": 2.0e-5, "step_overhead_s": 5.0e-4, "compute_efficiency": 1.0,
+              "bandwidth_efficiency": 1.0, "kernels_per_pass": 12.0},
+    "compiled": {"bandwidth_efficiency": 1.0, "step_overhead_s": 5.0e-5, "host_per_kernel_s": 0.0,
+                 "compute_efficiency": 1.0},
+    "llama.cpp": {"bandwidth_efficiency": 1.0, "step_overhead_s": 2.0e-4, "host_per_kernel_s": 4.0e-6,
+                  "compute_efficiency": 0.8},
+    "trt-llm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 3.0e-4, "host_per_kernel_s": 0.0,
+                "compute_efficiency": 1.0},
+    "vllm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 1.5e-3, "host_per_kernel_s": 0.0,
+             "compute_efficiency": 1.0},
+    "mlc": {"bandwidth_efficiency": 0.9, "step_overhead_s": 3.0e-4, "host_per_kernel_s": 0.0,
+            "compute_efficiency": 0.9},
+}
+GRID_POINTS = 13         # per parameter in the start grid
+REFINE_POINTS = 7        # per parameter in the refinement grid around the best grid point
+MAX_NFEV = 6             # least_squares evaluations after the grids
+F_SCALE = 0.1            # soft-L1 scale of the log residuals (~10 %)
+
+
+def prior_runtime(rt_id: str) -> Runtime:
+    """The runtime profile with its ``PRIORS`` values (the starting point and the fallback)."""
+    base = load_runtime(rt_id)
+    return dataclasses.replace(base, **PRIORS.get(rt_id, {}))
+
+
+def with_params(rt: Runtime, names, values) -> Runtime:
+    return dataclasses.replace(rt, **{n: (float(v) if np.ndim(v) == 0 else np.asarray(v, float))
+                                      for n, v in zip(names, values)})
+
+
+def fit_rows(ms: list[Measurement]) -> list[Measurement]:
+    """Rows the runtime parameters can move (timing metrics, numeric)."""
+    return [m for m in ms if m.metric not in SIZE_METRICS and not m.categorical]
+
+
+class _Evaluator:
+    """Predictions of one runtime's rows for many parameter vectors at once (numpy-vectorised)."""
+
+    def __init__(self, rt_id: str, ms: list[Measurement]):
+        self.rt_id, self.ms = rt_id, ms
+        self.names = FIT_PARAMS.get(rt_id, ())
+        self.base = prior_runtime(rt_id)
+        self.scale = np.asarray([BOUNDS[n][2] for n in self.names])
+        self.log_meas = np.log([m.value for m in ms])
+
+    def preds(self, thetas: np.ndarray) -> np.ndarray:
+        """(rows, K) predictions for K parameter vectors ``thetas`` (K, p) in physical units."""
+        K = len(thetas)
+        rt = with_params(self.base, self.names, thetas.T)
+        out = np.empty((len(self.ms), K))
+        for i, m in enumerate(self.ms):
+            try:
+                v = np.asarray(predict_arrays(m, {self.rt_id: rt},
+                                              {"batch_size": np.full(K, float(m.record.batch_size))}), float)
+                if v.shape != (K,):
+                    raise ValueError("shape")
+            except Exception:      # an engine path that is not vectorised: one parameter vector at a time
+                v = np.asarray([predict(m, {self.rt_id: with_params(self.base, self.names, th)})
+                                for th in thetas], float)
+            out[i] = v
+        return out
+
+    def residuals(self, thetas: np.ndarray) -> np.ndarray:
+        return np.log(np.maximum(self.preds(thetas), 1e-30)) - self.log_meas[:, None]
+
+
+def _soft_l1(r):
+    z = (r / F_SCALE) ** 2
+    return 2.0 * (np.sqrt(1.0 + z) - 1.0)
+
+
+def _grid(names) -> np.ndarray:
+    lo = [BOUNDS[n][0] for n in names]
+    hi = [BOUNDS[n][1] for n in names]
+    axes = [np.linspace(a, b, GRID_POINTS) for a, b in zip(lo, hi)]
+    return np.stack([g.ravel() for g in np.meshgrid(*axes, indexing="ij")], axis=1)
+
+
+def fit_runtime(rt_id: str, ms: list[Measurement], grid_cache: dict | None = None, *,
+                max_nfev: int = MAX_NFEV) -> dict:
+    """Fit ``FIT_PARAMS[rt_id]`` on the runtime's calibration rows in ``ms``: the best point of a grid
+    (predictions cached per row in ``grid_cache``, so refitting a fold costs no new grid), then
+    ``scipy.optimize.least_squares`` from there. No rows (or no parameters): the priors."""
+    from scipy.optimize import least_squares
+
+    names = FIT_PARAMS.get(rt_id, ())
+    rows = [m for m in fit_rows(ms) if m.runtime == rt_id]
+    prior = PRIORS.get(rt_id, {})
+    if not rows or not names:
+        return {"params": {n: prior.get(n) for n in names}, "n_rows": 0, "rows": [], "fitted": False}
+    ev = _Evaluator(rt_id, rows)
+    lo = np.asarray([BOUNDS[n][0] for n in names])
+    hi = np.asarray([BOUNDS[n][1] for n in names])
+    grid = _grid(names)
+    cache = {} if grid_cache is None else grid_cache
+    res_rows = []
+    for m, lm in zip(rows, ev.log_meas):
+        key = (rt_id, m.id)
+        if key not in cache:
+            cache[key] = _Evaluator(rt_id, [m]).preds(grid)[0]
+        res_rows.append(np.log(np.maximum(cache[key], 1e-30)) - lm)
+    loss = _soft_l1(np.asarray(res_rows)).sum(axis=0)
+    start = grid[np.argmin(loss)]
+    # refine: a finer grid over the neighbouring cells, all rows in one vectorised call each
+    step = (hi - lo) / (GRID_POINTS - 1)
+    axes = [np.clip(np.linspace(start[j] - step[j], start[j] + step[j], REFINE_POINTS), lo[j], hi[j])
+            for j in range(len(names))]
+    fine = np.stack([g.ravel() for g in np.meshgrid(*axes, indexing="ij")], axis=1)
+    fine_loss = _soft_l1(ev.residuals(fine)).sum(axis=0)
+    if fine_loss.min() < loss.min():
+        start, loss = fine[np.argmin(fine_loss)], fine_loss
+    x0 = np.clip(start / ev.scale, lo / ev.scale + 1e-9, hi / ev.scale - 1e-9)
+    theta, cost, rms = start, float(0.5 * F_SCALE ** 2 * loss.min()), None
+    if max_nfev:
+        h = 1e-4
+        memo = {}
+
+        def both(x):
+            # residuals at x and at x + h·e_j in one vectorised evaluation (the Jacobian comes free)
+            k = tuple(np.round(x, 12))
+            if k not in memo:
+                pts = [x] + [x + h * np.eye(len(x))[j] for j in range(len(x))]
+                r = ev.residuals(np.asarray(pts) * ev.scale)
+                memo.clear()
+                memo[k] = (r[:, 0], (r[:, 1:] - r[:, :1]) / h)
+            return memo[k]
+
+        def fun(x):
+            return both(x)[0]
+
+        def jac(x):
+            return both(x)[1]
+
+        sol = least_squares(fun, x0, jac=jac, bounds=(lo / ev.scale, hi / ev.scale), loss="soft_l1",
+                            f_scale=F_SCALE, xtol=1e-3, ftol=1e-5, max_nfev=max_nfev)
+        theta, cost, rms = sol.x * ev.scale, float(sol.cost), float(np.sqrt(np.mean(sol.fun ** 2)))
+    return {"params": {n: float(v) for n, v in zip(names, theta)}, "n_rows": len(rows),
+            "rows": [m.id for m in rows], "fitted": True, "cost": cost, "rms_log_error": rms}
+
+
+def fit_all(ms: list[Measurement], grid_cache: dict | None = None, **kw) -> dict:
+    """Fit every runtime that appears in ``ms`` (and keep the priors of the others)."""
+    ids = sorted({m.runtime for m in ms} | set(FIT_PARAMS))
+    return {r: fit_runtime(r, ms, grid_cache, **kw) for r in ids}
+
+
+def runtimes_from_fit(fit: dict) -> dict:
+    """{runtime id: Runtime with the fitted parameters} for :func:`costmodel.validate.validate`."""
+    out = {}
+    for r, f in fit.items():
+        base = prior_runtime(r)
+        out[r] = with_params(base, list(f["params"]), list(f["params"].values())) if f["params"] else base
+    return out
+
+
+def leave_one_source_out(ms: list[Measurement] | None = None, *, by: str = "group", **kw) -> dict:
+    """Held-out predictions: for each source group, refit the runtimes that have rows in it on the other
+    groups' rows and predict the group. ``by``: 'group' (``source_group``, one table) or 'source'
+    (the publication). Returns {"rows": [row results], "folds": [...], "full_fit": {...}}."""
+    ms = load_measurements() if ms is None else list(ms)
+    key = (lambda m: m.group) if by == "group" else (lambda m: m.source or m.group)
+    cache: dict = {}
+    full = fit_all(ms, cache, **kw)
+    results, folds = [], []
+    for g in sorted({key(m) for m in ms}):
+        held = [m for m in ms if key(m) == g]
+        calib = [m for m in ms if key(m) != g]
+        affected = sorted({m.runtime for m in fit_rows(held)})
+        fold_fit = dict(full)
+        for r in affected:
+            fold_fit[r] = fit_runtime(r, calib, cache, **kw)
+        rts = runtimes_from_fit(fold_fit)
+        for m in held:
+            res = row_result(m, predict(m, rts))
+            res["fold"] = g
+            results.append(res)
+        folds.append({"held_out": g, "n_rows": len(held),
+                      "refitted": {r: {"params": fold_fit[r]["params"], "n_rows": fold_fit[r]["n_rows"]}
+                                   for r in affected}})
+    order = {m.id: i for i, m in enumerate(ms)}
+    results.sort(key=lambda r: order[r["id"]])
+    return {"rows": results, "folds": folds, "full_fit": full, "by": by}
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def provenance(fit_entry: dict, split: str, date: str | None = None) -> str:
+    return (f"fitted by costmodel validate --fit on {split}, {date or today()}, {fit_entry['n_rows']} rows "
+            f"(scipy.optimize.least_squares, soft-L1 log error; leave-one-source-out held-out errors in "
+            f"validation/REPORT.md)")
+
+
+def fmt_value(v: float) -> str:
+    if v == 0:
+        return "0.0"
+    if 0.01 <= abs(v) < 100:
+        return f"{v:.4g}" if "." in f"{v:.4g}" or "e" in f"{v:.4g}" else f"{v:.4g}.0"
+    return f"{v:.3e}"
+
+
+def write_runtime_yaml(path, fit_entry: dict, split: str, date: str | None = None) -> bool:
+    """Replace the ``value`` and ``source`` of each fitted parameter in one runtime YAML, keeping the
+    rest of the file (comments, order) as it is. Returns True when the file changed."""
+    import re
+    from pathlib import Path
+
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    new = text
+    src = provenance(fit_entry, split, date).replace('"', "'")
+    for name, v in fit_entry["params"].items():
+        if v is None or not fit_entry.get("fitted"):
+            continue
+        pat = re.compile(rf"^{re.escape(name)}:\s*\{{.*\}}\s*$", re.M)
+        line = f'{name}: {{value: {fmt_value(v)}, source: "{src}"}}'
+        if pat.search(new):
+            new = pat.sub(lambda _m: line, new, count=1)
+        else:
+            new = new.rstrip("\n") + "\n" + line + "\n"
+    if new != text:
+        p.write_text(new, encoding="utf-8")
+        return True
+    return False
+
+
+def finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,238 @@
+"""costmodel.sweep: the vectorised grid equals evaluate() row by row; CLI; Dask engine."""
+
+import json
+import math
+import os
+import random
+
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel import InputError, evaluate
+from costmodel.cli import main
+from costmodel.sweep import parse_axis, sweep
+
+SPEC = dict(model="llama-2-7b", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
+            acceptance_rate=0.7, gamma=4)
+
+
+def _same(a, b):
+    if isinstance(b, bool) or isinstance(b, str) or b is None:
+        return a == b
+    if isinstance(a, float) and math.isnan(a):
+        return False
+    return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+
+
+def assert_rows_match(df, base, axes, n=25, seed=0):
+    """Random rows of ``df`` against evaluate(base | row's axis values)."""
+    rng = random.Random(seed)
+    names = list(axes)
+    for i in sorted(rng.sample(range(len(df)), min(n, len(df)))):
+        row = df.iloc[i]
+        rec = dict(base)
+        for k in names:
+            v = row[k]
+            rec[k] = v.item() if hasattr(v, "item") else v
+        want = evaluate(rec)
+        for k, w in want.items():
+            if k in axes or isinstance(w, (list, dict)):
+                continue
+            got = row[k]
+            got = got.item() if hasattr(got, "item") else got
+            assert _same(got, w), (i, k, got, w, rec)
+        extra = [c for c in df.columns if c not in want and c not in axes and not _missing(row[c])]
+        assert not extra, (i, extra)
+
+
+def _missing(v):
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+CASES = [
+    ("autoregressive", dict(model="llama-2-7b", hardware="t4"),
+     dict(batch_size=[1, 3, 16, 64], prompt_len=[1, 128, 2000], gen_len=[1, 128], weight_dtype=["fp16", "int4"])),
+    ("speculative", SPEC,
+     dict(batch_size=[1, 2, 32], prompt_len=[16, 512, 4096], gamma=[1, 3, 6], acceptance_rate=[0.0, 0.55, 0.9],
+          hardware=["a100-80gb", "h100-sxm"])),
+    ("spec-tau-lockstep", dict(SPEC, acceptance_rate=None, batch_sync="lockstep"),
+     dict(batch_size=[1, 4, 16], prompt_len=[64, 1024], mean_accepted_tokens=[1.0, 2.5, 3.9],
+          draft_model=["llama-68m", "self", "none"], draft_kv_budget=[256, 4096])),
+    ("spec-separate", dict(SPEC, draft_placement="separate_device"),
+     dict(batch_size=[1, 8], prompt_len=[128, 8000], draft_schedule=["serial", "overlap"],
+          runtime=["eager", "compiled", "vllm"])),
+    ("tree", dict(model="vicuna-7b", hardware="a100-80gb", strategy="tree", draft_model="llama-68m"),
+     dict(batch_size=[1, 4, 16], prompt_len=[128, 2048], acceptance_rate=[0.5, 0.8], tree_nodes=[8, 31],
+          attention_kernel=["prefix_aware", "per_branch", "dense_masked"], batch_sync=["ragged", "lockstep"])),
+    ("tree-heads", dict(model="vicuna-7b", hardware="h100-sxm", strategy="tree", acceptance_rate=0.7,
+                        tree_width=2, tree_depth=3),
+     dict(batch_size=[1, 8], prompt_len=[100, 1000], draft_model=["medusa", "eagle", "none"], gen_len=[64, 256])),
+    ("shared-prefix", dict(model="llama-2-13b", hardware="a100-80gb", strategy="shared_prefix"),
+     dict(batch_size=[1, 4], prompt_len=[512, 2048], n_branches=[1, 4, 16], shared_prefix_len=[0, 256],
+          attention_kernel=["prefix_aware", "per_branch", "dense_masked"])),
+    ("tp", dict(model="llama-2-70b", hardware="h100-sxm", batch_size=8),
+     dict(n_devices=[2, 4, 8], prompt_len=[128, 4096], strategy=["autoregressive", "speculative"],
+          draft_model=["llama-68m"], acceptance_rate=[0.6])),
+]
+
+
+@pytest.mark.parametrize("name,base,axes", CASES, ids=[c[0] for c in CASES])
+def test_rows_equal_evaluate(name, base, axes):
+    df = sweep(base, **axes)
+    assert len(df) == int(np.prod([len(v) for v in axes.values()]))
+    assert list(df.columns[: len(axes)]) == list(axes)
+    assert_rows_match(df, base, axes, n=30)
+
+
+def test_row_order_is_cartesian_product_with_last_axis_fastest():
+    df = sweep(dict(model="llama-2-7b", hardware="t4", prompt_len=64), batch_size=[1, 2, 3],
+               hardware=["t4", "l4"], gen_len=[8, 16])
+    got = list(zip(df.batch_size, df.hardware, df.gen_len))
+    import itertools
+    assert got == list(itertools.product([1, 2, 3], ["t4", "l4"], [8, 16]))
+
+
+def test_chunks_do_not_change_results():
+    axes = dict(batch_size=list(range(1, 40)), prompt_len=list(range(1, 4000, 97)), gamma=[2, 5])
+    a = sweep(SPEC, **axes)
+    b = sweep(SPEC, chunk_rows=100, **axes)
+    import pandas as pd
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_million_row_grid_is_vectorised_and_exact():
+    """The benchmark's shape (scaled down): every row bit-identical to evaluate()."""
+    axes = dict(batch_size=range(1, 201), prompt_len=range(16, 16001, 160))
+    df = sweep(SPEC, **axes)
+    assert len(df) == 200 * 100
+    assert_rows_match(df, SPEC, axes, n=40, seed=3)
+
+
+def test_optimal_for_hardware_trees_fall_back_to_rows():
+    base = dict(model="vicuna-7b", hardware="a100-80gb", strategy="tree", draft_model="llama-68m",
+                acceptance_rate=0.7, tree_nodes=6, tree_shape="optimal_for_hardware")
+    axes = dict(batch_size=[1, 8], prompt_len=[128, 1024])
+    df = sweep(base, **axes)
+    assert_rows_match(df, base, axes, n=4)
+
+
+def test_text_axes_and_ranges():
+    assert parse_axis("prompt_len", "16:64:16") == [16, 32, 48, 64]
+    assert parse_axis("batch_size", "1:64:*4") == [1, 4, 16, 64]
+    assert parse_axis("acceptance_rate", "0.5:0.8:0.1") == [0.5, 0.6, 0.7, 0.8]
+    assert parse_axis("hardware", "t4,l4") == ["t4", "l4"]
+    assert parse_axis("rank_acceptance", "0.6,0.2|0.7,0.1") == ["0.6,0.2", "0.7,0.1"]
+    assert parse_axis("rank_acceptance", [0.6, 0.2]) == [(0.6, 0.2)]
+    assert parse_axis("batch_size", 8) == [8]
+
+
+@pytest.mark.parametrize("axes,field", [
+    (dict(batch_size=[1, 0]), "batch_size"),
+    (dict(batch_size=[1, "x"]), "batch_size"),
+    (dict(acceptance_rate=[0.5, 1.2]), "acceptance_rate"),
+    (dict(hardware=["a100-80gb", "a100-81gb"]), "hardware"),
+    (dict(strategy=["speculative", "speculatve"]), "strategy"),
+    (dict(prompt_len=[64, 512], shared_prefix_len=[0, 128]), "shared_prefix_len"),
+    (dict(mean_accepted_tokens=[2.0, 6.0], acceptance_rate=[None]), "mean_accepted_tokens"),
+    (dict(batch_sized=[1]), "batch_sized"),
+])
+def test_bad_axis_values_name_the_axis(axes, field):
+    with pytest.raises(InputError) as e:
+        sweep(dict(SPEC, batch_size=1, prompt_len=128), **axes)
+    assert e.value.field == field or f"'{field}'" in str(e.value), str(e.value)
+
+
+def test_exported_from_package():
+    assert costmodel.sweep is sweep
+
+
+def test_output_files(tmp_path):
+    axes = dict(batch_size=[1, 2], prompt_len=[16, 32])
+    p = tmp_path / "s.csv"
+    df = sweep(SPEC, output=p, **axes)
+    import pandas as pd
+    back = pd.read_csv(p)
+    assert list(back.columns) == list(df.columns) and len(back) == 4
+    with pytest.raises(InputError):
+        sweep(SPEC, output=tmp_path / "s.xlsx", **axes)
+
+
+def test_cli_sweep_csv_and_json(tmp_path, capsys):
+    words = ["sweep", "model=llama-2-7b", "hardware=a100-80gb", "batch_size=1,4", "prompt_len=16:48:16"]
+    assert main(words + ["--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 6 and out["axes"] == ["batch_size", "prompt_len"]
+    assert main(words + ["--format", "csv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 7 and lines[0].startswith("batch_size,prompt_len,")
+    f = tmp_path / "g.csv"
+    assert main(words + ["--output", str(f)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""                        # no progress bar when stderr is not a terminal
+    assert f.read_text().count("\n") == 7
+    assert main(["sweep", "model=llama-2-7b", "hardware=a100-80gb", "prompt_len=16", "batch_size=0,1"]) == 2
+    assert "batch_size" in capsys.readouterr().err
+
+
+def test_cli_table(capsys):
+    assert main(["sweep", "model=llama-2-7b", "hardware=t4,l4", "batch_size=1", "prompt_len=64"]) == 0
+    out = capsys.readouterr().out
+    assert "t4" in out and "l4" in out and "step ms" in out
+
+
+# --------------------------------------------------------------------------------------- dask
+
+def _dask():
+    return pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = _dask()
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as c:
+        yield c
+
+
+DASK_AXES = dict(hardware=["a100-80gb", "h100-sxm"], strategy=["autoregressive", "speculative"],
+                 batch_size=list(range(1, 30, 3)), prompt_len=list(range(16, 4000, 250)))
+
+
+def test_dask_equals_in_process(cluster):
+    import pandas as pd
+    base = dict(model="llama-2-7b", draft_model="llama-68m", acceptance_rate=0.7)
+    want = sweep(base, **DASK_AXES)
+    got = sweep(base, engine="dask", scheduler=cluster.scheduler_address, chunk_rows=70, **DASK_AXES)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.astype(got.dtypes.to_dict()),
+                                  check_dtype=False)
+
+
+def test_dask_partitioned_parquet(cluster, tmp_path):
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+    base = dict(model="llama-2-7b", draft_model="llama-68m", acceptance_rate=0.7)
+    want = sweep(base, **DASK_AXES)
+    out = tmp_path / "grid.parquet"
+    seen = []
+    path = sweep(base, engine="dask", scheduler=cluster.scheduler_address, chunk_rows=100, output=out,
+                 progress=lambda d, t: seen.append((d, t)), **DASK_AXES)
+    parts = sorted(os.listdir(path))
+    assert len(parts) > 1 and all(p.startswith("part.") for p in parts)
+    got = pd.concat([pd.read_parquet(os.path.join(path, p)) for p in parts], ignore_index=True)
+    pd.testing.assert_frame_equal(got, want.astype(got.dtypes.to_dict()), check_dtype=False)
+    assert seen[-1] == (len(want), len(want))
+
+
+def test_dask_missing_gives_install_hint(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name.split(".")[0] in ("distributed", "dask"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(InputError, match="pip install"):
+        sweep(SPEC, engine="dask", batch_size=[1, 2], prompt_len=[16])
