@@ -2,21 +2,38 @@
 
 What is fitted: a few parameters per runtime (``FIT_PARAMS``) — never per row, never the hardware
 efficiencies (those are sourced measurements). Each runtime's parameters are fitted on the
-calibration rows of that runtime only, by ``scipy.optimize.least_squares`` on the log error
+calibration rows of that runtime only, minimising the soft-L1 loss of the log errors
 
-    r_i(θ) = ln(predicted_i(θ) / measured_i)          (soft-L1 loss, scale 0.1: robust to a bad row)
+    r_i(θ) = ln(predicted_i(θ) / measured_i)          (scale 0.1: a row off by > ~10 % counts linearly)
 
-starting from the best point of a coarse grid. Size metrics (weights, KV, peak memory) do not
-depend on these parameters and are not used in the fit.
+with a grid search (every row evaluated for all grid points in one numpy-vectorised call), a finer
+grid around the best point, then ``scipy.optimize.least_squares`` (trust-region reflective, bounds
+``BOUNDS``). Size metrics (weights, KV, peak memory) do not depend on these parameters and are not
+used in the fit.
 
-Held-out error: leave-one-source-out. The rows of one source group (one table of one
-publication: ``source_group``) are removed, every runtime that has rows in that group is refitted
-on the remaining rows, and the group's rows are predicted with those parameters. A runtime that
-has no calibration rows left keeps its prior (``PRIORS``: values not derived from the validation
-data). Rows from one table are therefore never on both sides.
+Held-out error: leave-one-source-out. The rows of one source group (``source_group``: one table
+of one publication) are removed, every runtime that has rows in that group is refitted on the
+remaining rows, and the group's rows are predicted with those parameters. A runtime with no
+calibration rows left falls back to ``PRIORS`` (values not derived from the validation data).
+Rows from one table are therefore never on both sides of a fold. ``by="source"`` holds out whole
+publications instead (stricter; reported alongside in REPORT.md).
 
-The final parameters written to ``runtimes/*.yaml`` are the fit on all calibration rows; the
-held-out errors estimate how that procedure generalises to measurements it did not see.
+The parameters written to ``runtimes/*.yaml`` are the fit on all calibration rows; the held-out
+errors estimate how that procedure generalises to measurements it did not see.
+
+What the fitted parameters stand for (see validation/REPORT.md for values):
+
+* eager ``host_per_kernel_s``: Python/ATen dispatch cost per kernel launch (the host issues kernels
+  asynchronously; a pass is host-bound when Σ host > Σ device).
+* eager ``kernels_per_pass``: per-forward host work expressed in kernel-launch equivalents (HF
+  module dispatch, mask and cache bookkeeping, logits processing): it also applies to every draft
+  pass, which is what makes eager draft passes expensive.
+* eager ``compute_efficiency``: the verification GEMMs of the research code run at M ≈ 6–81 tokens;
+  cuBLAS reaches about a third of its large-GEMM rate there (hardware_specs/a100-80gb.yaml notes
+  0.33 for a decode-like M = 64). The model has no M-dependent matrix efficiency, so this factor
+  stands in for it — and makes eager *prefill* (large M) pessimistic. See REPORT.md.
+* ``bandwidth_efficiency``: achieved fraction of the hardware's measured stream bandwidth for the
+  runtime's decode kernels; ``step_overhead_s``: per-step host work (scheduler, sampling).
 """
 
 from __future__ import annotations
@@ -24,13 +41,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+from pathlib import Path
 
 import numpy as np
 
 from .runtime import Runtime, load_runtime
 from .validate import SIZE_METRICS, Measurement, load_measurements, predict, predict_arrays, row_result
 
-#: parameters fitted per runtime (physical meaning in runtimes/README or runtime.py)
+#: parameters fitted per runtime (the rest keep their YAML values)
 FIT_PARAMS = {
     "eager": ("host_per_kernel_s", "kernels_per_pass", "compute_efficiency"),
     "compiled": ("bandwidth_efficiency", "step_overhead_s"),
@@ -47,22 +65,17 @@ BOUNDS = {
     "step_overhead_s": (0.0, 2.0e-2, 1.0e-3),
     "kernels_per_pass": (0.0, 1500.0, 100.0),
 }
-#: Values used before any fit and kept for a runtime with no calibration rows. Deliberately not
-#: derived from the validation data (bandwidth/compute efficiency 1.0 = the hardware's measured
-#: achievable figures; overheads from the runtime notes' cited or order-of-magnitude priors).
+#: Starting values, and the values a runtime keeps when a fold leaves it no calibration rows.
+#: Deliberately not derived from the validation data: efficiencies 1.0 (= the hardware's measured
+#: achievable figures), overheads the order-of-magnitude priors of the runtime files.
 PRIORS = {
-    "eager": {"host_per_kernel_s": 2.0e-5, "step_overhead_s": 5.0e-4, "compute_efficiency": 1.0,
-              "bandwidth_efficiency": 1.0, "kernels_per_pass": 12.0},
-    "compiled": {"bandwidth_efficiency": 1.0, "step_overhead_s": 5.0e-5, "host_per_kernel_s": 0.0,
-                 "compute_efficiency": 1.0},
-    "llama.cpp": {"bandwidth_efficiency": 1.0, "step_overhead_s": 2.0e-4, "host_per_kernel_s": 4.0e-6,
-                  "compute_efficiency": 0.8},
-    "trt-llm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 3.0e-4, "host_per_kernel_s": 0.0,
-                "compute_efficiency": 1.0},
-    "vllm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 1.5e-3, "host_per_kernel_s": 0.0,
-             "compute_efficiency": 1.0},
-    "mlc": {"bandwidth_efficiency": 0.9, "step_overhead_s": 3.0e-4, "host_per_kernel_s": 0.0,
-            "compute_efficiency": 0.9},
+    "eager": {"host_per_kernel_s": 2.0e-5, "kernels_per_pass": 12.0, "compute_efficiency": 1.0,
+              "step_overhead_s": 5.0e-4, "bandwidth_efficiency": 1.0},
+    "compiled": {"bandwidth_efficiency": 1.0, "step_overhead_s": 5.0e-5, "compute_efficiency": 1.0},
+    "llama.cpp": {"bandwidth_efficiency": 1.0, "step_overhead_s": 2.0e-4, "compute_efficiency": 0.8},
+    "trt-llm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 3.0e-4, "compute_efficiency": 1.0},
+    "vllm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 1.5e-3, "compute_efficiency": 1.0},
+    "mlc": {"bandwidth_efficiency": 0.9, "step_overhead_s": 3.0e-4, "compute_efficiency": 0.9},
 }
 GRID_POINTS = 13         # per parameter in the start grid
 REFINE_POINTS = 7        # per parameter in the refinement grid around the best grid point
@@ -235,48 +248,3 @@ def leave_one_source_out(ms: list[Measurement] | None = None, *, by: str = "grou
     return {"rows": results, "folds": folds, "full_fit": full, "by": by}
 
 
-def today() -> str:
-    return datetime.date.today().isoformat()
-
-
-def provenance(fit_entry: dict, split: str, date: str | None = None) -> str:
-    return (f"fitted by costmodel validate --fit on {split}, {date or today()}, {fit_entry['n_rows']} rows "
-            f"(scipy.optimize.least_squares, soft-L1 log error; leave-one-source-out held-out errors in "
-            f"validation/REPORT.md)")
-
-
-def fmt_value(v: float) -> str:
-    if v == 0:
-        return "0.0"
-    if 0.01 <= abs(v) < 100:
-        return f"{v:.4g}" if "." in f"{v:.4g}" or "e" in f"{v:.4g}" else f"{v:.4g}.0"
-    return f"{v:.3e}"
-
-
-def write_runtime_yaml(path, fit_entry: dict, split: str, date: str | None = None) -> bool:
-    """Replace the ``value`` and ``source`` of each fitted parameter in one runtime YAML, keeping the
-    rest of the file (comments, order) as it is. Returns True when the file changed."""
-    import re
-    from pathlib import Path
-
-    p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    new = text
-    src = provenance(fit_entry, split, date).replace('"', "'")
-    for name, v in fit_entry["params"].items():
-        if v is None or not fit_entry.get("fitted"):
-            continue
-        pat = re.compile(rf"^{re.escape(name)}:\s*\{{.*\}}\s*$", re.M)
-        line = f'{name}: {{value: {fmt_value(v)}, source: "{src}"}}'
-        if pat.search(new):
-            new = pat.sub(lambda _m: line, new, count=1)
-        else:
-            new = new.rstrip("\n") + "\n" + line + "\n"
-    if new != text:
-        p.write_text(new, encoding="utf-8")
-        return True
-    return False
-
-
-def finite(x) -> bool:
-    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)

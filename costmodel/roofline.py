@@ -123,18 +123,17 @@ def _max_argmax(terms):
 
 
 def _nonneg(a: np.ndarray) -> bool:
-    """Every element >= +0.0 (no negatives, no -0.0, no NaN): the sign bit is clear and, read as
-    int64, the value is at most +inf's bit pattern."""
+    """Every element is +0.0 .. +inf (no negative number, no -0.0, no NaN): read as uint64 the bit
+    pattern is at most +inf's (a set sign bit or a NaN reads larger)."""
     if a.ndim == 0:
         x = float(a)
         return x >= 0.0 and math.copysign(1.0, x) > 0
-    bits = np.ascontiguousarray(a).view(np.int64) if a.dtype == np.float64 else None
-    if bits is None:
+    if a.dtype != np.float64:
         return False
-    return bool(bits.min() >= 0 and bits.max() <= _INF_BITS)
+    return bool(a.view(np.uint64).max() <= _INF_BITS)
 
 
-_INF_BITS = int(np.array(np.inf).view(np.int64))
+_INF_BITS = int(np.array(np.inf).view(np.uint64))
 
 
 def op_time(op, ex: Exec):
@@ -158,18 +157,13 @@ def _op_time(op, ex: Exec):
 
 
 def pass_cost(shape: PassShape, ex: Exec) -> Cost:
-    """Cost of one forward pass of ``shape`` on ``ex`` (see module docstring)."""
+    """Cost of one forward pass of ``shape`` on ``ex`` (see module docstring).
+
+    The arithmetic of :func:`_pass_cost_reference` (the same floating-point operations in the same
+    order, so the results are bit-identical) with fewer array passes: accumulators are added into
+    in place once they are this function's own arrays, and a bound's accumulator skips an operator
+    that contributes +0.0 everywhere (adding +0.0 to a sum that started at +0.0 changes nothing)."""
     ops = layer_ops(shape, ex)
-    fast = _pass_cost_fast(shape, ex, ops)
-    return fast if fast is not None else _pass_cost_reference(shape, ex, ops)
-
-
-def _pass_cost_fast(shape: PassShape, ex: Exec, ops) -> Cost | None:
-    """pass_cost's arithmetic, the same floating-point operations in the same order, with
-    allocations reused: accumulators are added into in place once they are this function's own
-    full-size arrays, and a bound's accumulator skips an operator whose contribution is +0.0
-    everywhere (adding +0.0 to a sum that started at +0.0 changes nothing). None (the caller
-    takes the reference path) when an operator's times hold a NaN or a negative number."""
     names = ("compute", "memory", "l2", "interconnect")
     record = _RECORD_OPS.get()
     acc = [None, None, None, None]          # None: still the initial 0.0
@@ -178,10 +172,7 @@ def _pass_cost_fast(shape: PassShape, ex: Exec, ops) -> Cost | None:
     f_own = h_own = False
     rows = []
     for op in ops:
-        timed = _op_time(op, ex)
-        if np.ndim(timed[1]) and timed[1].dtype != np.int8:
-            return None                     # reference op_time (NaN / negative terms)
-        t, idx = timed
+        t, idx = _op_time(op, ex)
         cnt = op.count
         tc = t * cnt
         if np.ndim(idx) == 0:
@@ -199,8 +190,8 @@ def _pass_cost_fast(shape: PassShape, ex: Exec, ops) -> Cost | None:
             acc[i], own[i] = _add(acc[i], own[i], c)
         f = np.asarray(op.flops, dtype=float)
         h = np.asarray(op.hbm_bytes, dtype=float)
-        flops, f_own = _add(flops, f_own, f * cnt) if f_own or np.ndim(flops) else (flops + f * cnt, True)
-        hbm, h_own = _add(hbm, h_own, (h + 0.0) * cnt) if h_own or np.ndim(hbm) else (hbm + (h + 0.0) * cnt, True)
+        flops, f_own = _add(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
+        hbm, h_own = _add(hbm, h_own, (h + 0.0) * cnt) if h_own else (hbm + (h + 0.0) * cnt, True)
         if record:
             rows.append((op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
                          _OP_BOUND_NAMES[np.broadcast_to(idx, np.shape(t))]))

@@ -29,6 +29,7 @@ class Runtime:
     bandwidth_efficiency: float
     compute_efficiency: float
     memory_overhead_bytes: float
+    prefill_chunk_tokens: float | None = None   # chunked prefill: tokens per prefill pass (None = one pass)
     sources: tuple = ()
 
 
@@ -39,6 +40,10 @@ def parse_runtime(data, src: str) -> Runtime:
         s = f.sub(k)
         vals[k] = s.num("value", min_value=0, max_value=1.5 if "efficiency" in k else None)
         sources.append((k, s.text("source")))
+    chunk = f.sub("prefill_chunk_tokens", required=False)
+    if chunk is not None:
+        vals["prefill_chunk_tokens"] = chunk.num("value", min_value=1, allow_null=True, required=False)
+        sources.append(("prefill_chunk_tokens", chunk.text("source")))
     return Runtime(id=f.text("id"), name=f.text("name"), uses_cuda_graphs=f.flag("uses_cuda_graphs"),
                    fused_attention=f.flag("fused_attention"), sources=tuple(sources), **vals)
 

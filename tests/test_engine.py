@@ -106,3 +106,18 @@ def test_vectorised_core_matches_scalar_calls():
                             draft_model="self", acceptance_rate=0.7))
         assert res["step_latency_s"][i] == pytest.approx(one["step_latency_s"], rel=1e-12)
         assert res["speedup_vs_ar"][i] == pytest.approx(one["speedup_vs_ar"], rel=1e-12)
+
+
+def test_chunked_prefill_caps_activation_memory(tmp_path):
+    # 4 prompts × 1000 tokens = 4000 tokens; chunks of 1000 tokens → 4 passes, 1000 tokens of activations.
+    rt = open(f"{D}/unit-rt.yaml").read() + "prefill_chunk_tokens: {value: 1000, source: test}\n"
+    p = tmp_path / "rt.yaml"
+    p.write_text(rt)
+    one = evaluate(dict(BASE, batch_size=4, prompt_len=1000, gen_len=2))
+    chunked = evaluate(dict(BASE, runtime=str(p), batch_size=4, prompt_len=1000, gen_len=2))
+    # activations of a pass of T tokens: T·(2·64 + (64 + 64) + 64 + 3·128)·2 B + logits 4 prompts·1000·4 B
+    per_token = (2 * 64 + 128 + 64 + 3 * 128) * 2
+    assert one["memory_activations_bytes"] == pytest.approx(4000 * per_token + 4 * 1000 * 4)
+    assert chunked["memory_activations_bytes"] == pytest.approx(1000 * per_token + 4 * 1000 * 4)
+    # same FLOPs, but the 404 kB of weights are read 4 times instead of once: never faster
+    assert chunked["ttft_s"] >= one["ttft_s"]

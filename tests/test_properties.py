@@ -227,13 +227,20 @@ def test_tree_tokens_per_step_monotone_in_rank_acceptance(rec, ranks, shrink):
 
 
 @deep
-@given(records(strategies=("tree",), tree_shapes=("full",)), st.floats(0.0, 0.99), st.floats(0.0, 0.99))
-def test_full_tree_tokens_per_step_monotone_in_alpha(rec, a1, a2):
+@given(records(strategies=("tree",), tree_shapes=("full", "nodes")), st.floats(0.0, 0.99), st.floats(0.0, 0.99))
+def test_tree_tokens_per_step_monotone_in_alpha(rec, a1, a2):
+    """Full trees (any batch_sync) and Sequoia-optimal trees for a node budget (ragged batches).
+
+    Not asserted, on purpose: an explicit tree_parents tree under the default rank model
+    p_i = α(1 − α)^(i−1) (a branch hanging off a rank-2 child is used less as α → 1), and a
+    lock-step batch on an optimal tree (the DP maximises the ragged τ, not the lock-step one)."""
+    if "tree_nodes" in rec:
+        rec = dict(rec, batch_sync="ragged")
     lo, hi = sorted((a1, a2))
     rec = {k: v for k, v in rec.items() if k not in ("rank_acceptance", "mean_accepted_tokens")}
     t_lo = evaluate(dict(rec, acceptance_rate=lo))["tokens_per_step"]
     t_hi = evaluate(dict(rec, acceptance_rate=hi))["tokens_per_step"]
-    assert le(t_lo, t_hi), (lo, t_lo, hi, t_hi)
+    assert le(t_lo, t_hi, 1e-9), (lo, t_lo, hi, t_hi)
 
 
 @deep

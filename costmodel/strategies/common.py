@@ -72,13 +72,26 @@ def with_step_overhead(cost: Cost, ex: Exec) -> Cost:
 
 
 def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
+    """Prompt processing; with a runtime that chunks prefill (``prefill_chunk_tokens`` = C) the B·P
+    tokens run as n = ceil(B·P / C) passes of B·P/n tokens (weights re-read per chunk, same FLOPs)."""
     B = ctx.B if B is None else B
     P = ctx.P if P is None else P
-    return with_step_overhead(pass_cost(prefill_shape(B, P), ctx.ex), ctx.ex)
+    shape = prefill_shape(B, P)
+    chunk = ctx.ex.rt.prefill_chunk_tokens
+    if chunk is None:
+        return with_step_overhead(pass_cost(shape, ctx.ex), ctx.ex)
+    n = np.ceil(shape.tokens / chunk)
+    per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
+                    lm_tokens=shape.lm_tokens / n)
+    return with_step_overhead(pass_cost(per, ctx.ex).scale(n), ctx.ex)
 
 
 def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
     """Breakdown on one target device. ``passes``: (tokens, lm_tokens, pairs) of each pass run."""
+    chunk = ex.rt.prefill_chunk_tokens
+    if chunk is not None:      # the scheduler never runs more than `chunk` tokens in one pass
+        passes = [(np.minimum(t, chunk), np.minimum(lm, chunk), pr * np.minimum(1.0, chunk / np.maximum(t, 1.0)))
+                  for t, lm, pr in passes]
     acts = [memory.activation_bytes(ex, t, lm) for t, lm, _ in passes]
     scores = [memory.score_bytes(ex, pr) for _, _, pr in passes]
     return {
