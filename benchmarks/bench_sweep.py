@@ -14,10 +14,13 @@ peak memory < 2 GB):
   the call; a separate run, since tracing slows allocation) and the process's peak RSS.
 * llm-analysis (``pip install llm-analysis``; not a project dependency): ``LLMAnalysis.inference``
   for llama-2-7b on an A100-SXM-80GB over batch 1..8 × seq_len 16..4000 (configurations it accepts:
-  it raises when the KV cache does not fit), logging off; configurations per second, median
-  latency, and tracemalloc peak over its loop. It models autoregressive decoding only, so each of
+  it raises when the KV cache does not fit), one LLMAnalysis object, logging off; configurations per
+  second (its throughput: the ratio's denominator), median latency, and tracemalloc peak over its
+  loop. It models autoregressive decoding only, so each of
   its configurations is less work than one speculative row here (which also evaluates the draft,
-  the prefill of both models and the autoregressive baseline for ``speedup_vs_ar``).
+  the prefill of both models and the autoregressive baseline for ``speedup_vs_ar``); an
+  autoregressive sweep of the same grid is timed too, for a like-for-like ratio.
+* the sweep is timed with 1 thread and with the default thread count (the CPU count, at most 8).
 
 ``--profile`` prints the cProfile of one sweep (top functions by internal time).
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
 import statistics
 import sys
@@ -43,16 +47,19 @@ def axes_for(rows: int) -> dict:
     return dict(batch_size=range(1, side + 1), prompt_len=range(16, 16 * side + 1, 16))
 
 
-def time_sweep(axes: dict, repeat: int) -> tuple[float, int, list]:
+AR_SETUP = dict(model="llama-2-7b", hardware="a100-80gb", gen_len=128)   # llm-analysis' kind of config
+
+
+def time_sweep(axes: dict, repeat: int, workers=None, setup=SETUP) -> tuple[float, int, list]:
     from costmodel import sweep
-    df = sweep(SETUP, **axes)                  # warm-up: loads specs, fills caches
+    df = sweep(setup, workers=workers, **axes)   # warm-up: loads specs, fills caches
     n = len(df)
     del df
     times = []
     for _ in range(repeat):
         gc.collect()
         t = time.perf_counter()
-        df = sweep(SETUP, **axes)
+        df = sweep(setup, workers=workers, **axes)
         times.append(time.perf_counter() - t)
         del df
     return statistics.median(times), n, times
@@ -68,9 +75,9 @@ def traced_peak(fn) -> float:
     return peak
 
 
-def time_evaluate(n: int) -> float:
+def time_evaluate(n: int, setup=SETUP) -> float:
     from costmodel import evaluate
-    rec = dict(SETUP, batch_size=8, prompt_len=1024)
+    rec = dict(setup, batch_size=8, prompt_len=1024)
     evaluate(rec)
     ts = []
     for _ in range(n):
@@ -96,10 +103,11 @@ def llm_analysis_bench(n: int):
         dc = get_dtype_config_by_name("w16a16e16")
         configs = [(1 + i % 8, 16 * (1 + (i * 7) % 250)) for i in range(n)]
 
+        ana = LLMAnalysis(mc, gc_, dc, ParallelismConfig(tp_size=1), flops_efficiency=0.7,
+                          hbm_memory_efficiency=0.9)
+
         def one(b, s):
-            a = LLMAnalysis(mc, gc_, dc, ParallelismConfig(tp_size=1), flops_efficiency=0.7,
-                            hbm_memory_efficiency=0.9)
-            return a.inference(batch_size_per_gpu=b, seq_len=s, num_tokens_to_generate=128)
+            return ana.inference(batch_size_per_gpu=b, seq_len=s, num_tokens_to_generate=128)
 
         for b, s in configs[:20]:
             one(b, s)
@@ -135,29 +143,49 @@ def main(argv=None):
     print(f"costmodel {costmodel.__version__}, numpy {np.__version__}, pandas {pd.__version__}, "
           f"python {sys.version.split()[0]}")
     print(f"setup: {SETUP}")
-    med, n, times = time_sweep(axes, args.repeat)
-    rate = n / med
-    print(f"sweep: {n:,} rows in {med:.3f} s (median of {args.repeat}: "
-          f"{', '.join(f'{t:.3f}' for t in times)}) -> {rate:,.0f} configs/s, {med / n * 1e9:.0f} ns/config")
-    peak = traced_peak(lambda: sweep(SETUP, **axes))
+    from costmodel.sweep import _workers
+    nthreads = _workers(None)
+    results = {}
+    for w in sorted({1, nthreads}):
+        med, n, times = time_sweep(axes, args.repeat, workers=w)
+        results[w] = n / med
+        print(f"sweep, {w} thread{'s' if w > 1 else ''}: {n:,} rows in {med:.3f} s (median of {args.repeat}: "
+              f"{', '.join(f'{t:.3f}' for t in times)}) -> {n / med:,.0f} configs/s, {med / n * 1e9:.0f} ns/config")
+    rate = results[nthreads]
+    rate1 = results[1]
+    peak = traced_peak(lambda: sweep(SETUP, workers=1, **axes))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    print(f"sweep peak memory: {peak / 1e9:.3f} GB traced (tracemalloc), process peak RSS {rss / 1e9:.3f} GB")
+    print(f"sweep peak memory: {peak / 1e9:.3f} GB traced (tracemalloc, 1 thread), process peak RSS "
+          f"{rss / 1e9:.3f} GB (whole run so far)")
+    med_ar, n_ar, _ = time_sweep(axes, args.repeat, workers=1, setup=AR_SETUP)
+    rate_ar = n_ar / med_ar
+    print(f"sweep, autoregressive setup (like llm-analysis), 1 thread: {n_ar:,} rows in {med_ar:.3f} s -> "
+          f"{rate_ar:,.0f} configs/s")
     ev = time_evaluate(args.evals)
-    print(f"evaluate(): median {ev * 1e3:.3f} ms per call over {args.evals} calls (record parsing included, "
-          "specs cached)")
+    ev_ar = time_evaluate(args.evals, AR_SETUP)
+    print(f"evaluate(): median {ev * 1e3:.3f} ms per call (speculative setup), {ev_ar * 1e3:.3f} ms "
+          f"(autoregressive) over {args.evals} calls each (record parsing included, specs cached)")
 
     peer, why = llm_analysis_bench(args.peer_configs)
     if peer is None:
         print(f"llm-analysis: not measured: {why}")
     else:
         p_rate, p_lat, p_peak = peer
-        print(f"llm-analysis: {p_rate:,.0f} configs/s, median {p_lat * 1e3:.3f} ms per config "
-              f"(LLMAnalysis.inference, {args.peer_configs} configs), traced peak {p_peak / 1e6:.1f} MB for "
-              f"{min(args.peer_configs, 2000)} configs")
-        print(f"ratio, per-configuration speed (sweep vs llm-analysis): {rate / p_rate:,.0f}x  (goal >= 500x)")
-        print(f"ratio, single-configuration latency (llm-analysis / evaluate()): {p_lat / ev:.2f}x")
-        print(f"llm-analysis extrapolated to {n:,} configs: {n / p_rate:,.0f} s vs {med:.3f} s")
+        print(f"llm-analysis: {p_rate:,.0f} configs/s (mean {1e3 / p_rate:.3f} ms), median {p_lat * 1e3:.3f} ms "
+              f"per config (LLMAnalysis.inference, {args.peer_configs} configs), traced peak "
+              f"{p_peak / 1e6:.1f} MB for {min(args.peer_configs, 2000)} configs")
+        print(f"ratio, per-configuration speed (sweep vs llm-analysis): {rate / p_rate:,.0f}x with {nthreads} "
+              f"thread{'s' if nthreads > 1 else ''} ({os.cpu_count()} CPUs), {rate1 / p_rate:,.0f}x single-threaded "
+              "(goal >= 500x)")
+        print(f"ratio vs llm-analysis' median latency instead of its throughput: {rate * p_lat:,.0f}x "
+              f"({rate1 * p_lat:,.0f}x single-threaded)")
+        print(f"ratio, autoregressive sweep (the same kind of configuration) vs llm-analysis: "
+              f"{rate_ar / p_rate:,.0f}x single-threaded")
+        print(f"ratio, single-configuration latency (llm-analysis / evaluate()): {p_lat / ev:.2f}x speculative, "
+              f"{p_lat / ev_ar:.2f}x autoregressive")
+        print(f"llm-analysis extrapolated to {n:,} configs: {n / p_rate:,.0f} s vs {n / rate:.3f} s")
     ok = [("sweep >= 500x llm-analysis per config", peer is not None and rate / peer[0] >= 500),
+          ("single-threaded sweep >= 500x", peer is not None and rate1 / peer[0] >= 500),
           ("evaluate() < 1 ms", ev < 1e-3), ("sweep peak memory < 2 GB", peak < 2e9 and rss < 2e9)]
     print("goals: " + "; ".join(f"{name}: {'met' if good else 'NOT met'}" for name, good in ok))
 
@@ -166,7 +194,7 @@ def main(argv=None):
         import pstats
         pr = cProfile.Profile()
         pr.enable()
-        sweep(SETUP, **axes)
+        sweep(SETUP, workers=1, **axes)
         pr.disable()
         pstats.Stats(pr, stream=sys.stdout).sort_stats("tottime").print_stats(20)
 

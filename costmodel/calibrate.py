@@ -52,7 +52,7 @@ from .validate import SIZE_METRICS, Measurement, load_measurements, predict, pre
 FIT_PARAMS = {
     "eager": ("host_per_kernel_s", "kernels_per_pass", "compute_efficiency"),
     "compiled": ("bandwidth_efficiency", "step_overhead_s"),
-    "llama.cpp": ("bandwidth_efficiency", "step_overhead_s"),
+    "llama.cpp": ("bandwidth_efficiency",),
     "trt-llm": ("bandwidth_efficiency", "step_overhead_s"),
     "vllm": ("bandwidth_efficiency", "step_overhead_s"),
     "mlc": ("bandwidth_efficiency", "step_overhead_s"),
@@ -120,7 +120,8 @@ class _Evaluator:
                                               {"batch_size": np.full(K, float(m.record.batch_size))}), float)
                 if v.shape != (K,):
                     raise ValueError("shape")
-            except Exception:      # an engine path that is not vectorised: one parameter vector at a time
+            except Exception as exc:   # an engine path that is not vectorised: one parameter vector at a time
+                _warn_scalar(m, exc)
                 v = np.asarray([predict(m, {self.rt_id: with_params(self.base, self.names, th)})
                                 for th in thetas], float)
             out[i] = v
@@ -128,6 +129,20 @@ class _Evaluator:
 
     def residuals(self, thetas: np.ndarray) -> np.ndarray:
         return np.log(np.maximum(self.preds(thetas), 1e-30)) - self.log_meas[:, None]
+
+
+_WARNED: set = set()
+
+
+def _warn_scalar(m: Measurement, exc: Exception) -> None:
+    """The fit evaluates all parameter vectors in one call by giving the runtime array-valued fields;
+    an engine change that breaks this makes calibration ~100x slower: say so once."""
+    import warnings
+    key = type(exc).__name__
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(f"calibrate: vectorised evaluation failed for {m.id} ({type(exc).__name__}: {exc}); "
+                      "falling back to one evaluation per parameter vector (slow)", RuntimeWarning, stacklevel=3)
 
 
 def _soft_l1(r):
@@ -200,6 +215,9 @@ def fit_runtime(rt_id: str, ms: list[Measurement], grid_cache: dict | None = Non
         sol = least_squares(fun, x0, jac=jac, bounds=(lo / ev.scale, hi / ev.scale), loss="soft_l1",
                             f_scale=F_SCALE, xtol=1e-3, ftol=1e-5, max_nfev=max_nfev)
         theta, cost, rms = sol.x * ev.scale, float(sol.cost), float(np.sqrt(np.mean(sol.fun ** 2)))
+    # a parameter that ends on its bound is reported as the bound (not as 1e-16 of numerical noise)
+    span = hi - lo
+    theta = np.where(np.abs(theta - lo) < 1e-6 * span, lo, np.where(np.abs(theta - hi) < 1e-6 * span, hi, theta))
     return {"params": {n: float(v) for n, v in zip(names, theta)}, "n_rows": len(rows),
             "rows": [m.id for m in rows], "fitted": True, "cost": cost, "rms_log_error": rms}
 
@@ -241,10 +259,388 @@ def leave_one_source_out(ms: list[Measurement] | None = None, *, by: str = "grou
             res["fold"] = g
             results.append(res)
         folds.append({"held_out": g, "n_rows": len(held),
-                      "refitted": {r: {"params": fold_fit[r]["params"], "n_rows": fold_fit[r]["n_rows"]}
-                                   for r in affected}})
+                      "refitted": {r: {"params": fold_fit[r]["params"], "n_rows": fold_fit[r]["n_rows"],
+                                       "rows": fold_fit[r]["rows"]} for r in affected}})
     order = {m.id: i for i, m in enumerate(ms)}
     results.sort(key=lambda r: order[r["id"]])
     return {"rows": results, "folds": folds, "full_fit": full, "by": by}
 
 
+# ------------------------------------------------------------------------------------------- writing
+
+def today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def provenance(fit_entry: dict, split: str, date: str | None = None) -> str:
+    return (f"fitted by costmodel validate --fit on {split}, {date or today()}, {fit_entry['n_rows']} rows "
+            f"(soft-L1 log error; grid + scipy.optimize.least_squares); held-out errors in validation/REPORT.md")
+
+
+def fmt_value(v: float) -> str:
+    """A YAML float that PyYAML reads back as a float (dot and signed exponent)."""
+    v = float(v)
+    if v == 0:
+        return "0.0"
+    if 0.01 <= abs(v) < 1e4:
+        t = f"{v:.4g}"
+        return t if ("." in t or "e" in t) else t + ".0"
+    m, e = f"{v:.4e}".split("e")
+    return f"{m}e{int(e):+03d}"
+
+
+def write_runtime_yaml(path, fit_entry: dict, split: str, date: str | None = None) -> bool:
+    """Replace ``value`` and ``source`` of each fitted parameter in one runtime YAML, keeping the rest
+    of the file as it is. Returns True when the file changed."""
+    import re
+
+    if not fit_entry.get("fitted"):
+        return False
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    new = text
+    src = provenance(fit_entry, split, date).replace('"', "'")
+    for name, v in fit_entry["params"].items():
+        line = f'{name}: {{value: {fmt_value(v)}, source: "{src}"}}'
+        pat = re.compile(rf"^{re.escape(name)}:\s*\{{.*\}}\s*$", re.M)
+        new = pat.sub(lambda _m: line, new, count=1) if pat.search(new) else new.rstrip("\n") + "\n" + line + "\n"
+    if new != text:
+        p.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def write_fit(loso: dict, split: str, out_dir, runtimes_dir=None, date: str | None = None) -> list:
+    """Write the all-rows fit into ``runtimes/<id>.yaml`` and the fit record ``calibration.yaml``."""
+    import yaml
+
+    from .specs import zoo_dir
+    rdir = Path(runtimes_dir) if runtimes_dir else zoo_dir("runtimes")
+    written = []
+    for rt_id, entry in sorted(loso["full_fit"].items()):
+        path = rdir / f"{rt_id}.yaml"
+        if path.is_file() and write_runtime_yaml(path, entry, split, date):
+            written.append(str(path))
+    from .validate import summarize
+    s = summarize(loso["rows"])
+    rec = {
+        "written_by": "costmodel validate --fit",
+        "date": date or today(),
+        "split": split,
+        "procedure": "per runtime: grid, finer grid, scipy.optimize.least_squares (trf, soft_l1, f_scale 0.1) on "
+                     "ln(predicted/measured) of the runtime's timing rows; held-out errors by leave-one-source-out "
+                     f"({'source_group = one table' if loso['by'] == 'group' else 'publication'})",
+        "fitted": {r: {"params": {k: float(v) for k, v in e["params"].items()}, "n_rows": e["n_rows"],
+                       "rms_log_error": e.get("rms_log_error"), "rows": e["rows"]}
+                   for r, e in sorted(loso["full_fit"].items()) if e.get("fitted")},
+        "not_fitted": sorted(r for r, e in loso["full_fit"].items() if not e.get("fitted")),
+        "held_out": {k: s[k] for k in ("n", "median_abs_rel_error", "p90_abs_rel_error", "within_25pct")},
+        "folds": [{"held_out": f["held_out"], "n_rows": f["n_rows"],
+                   "refitted": {r: {"params": v["params"], "n_rows": v["n_rows"]} for r, v in f["refitted"].items()}}
+                  for f in loso["folds"]],
+    }
+    out = Path(out_dir) / "calibration.yaml"
+    out.write_text("# written by `costmodel validate --fit`: runtime parameters fitted on the validation data\n"
+                   + yaml.safe_dump(_plain(rec), sort_keys=False, width=110, default_flow_style=None), encoding="utf-8")
+    written.append(str(out))
+    return written
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return float(round(float(x), 6)) if abs(float(x)) >= 1e-3 or x == 0 else float(f"{float(x):.6g}")
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def write_error_band(summary: dict, path, date: str | None = None, by: str = "group") -> str:
+    """``error_band.yaml``: the held-out error band the claim checker uses (overall and per metric)."""
+    def band(s):
+        return (f"{{n: {s['n']}, median_abs_rel_error: {s['median_abs_rel_error']:.4f}, "
+                f"p90_abs_rel_error: {s['p90_abs_rel_error']:.4f}}}")
+    what = "leave-one-source-out" if by == "group" else "leave-one-publication-out"
+    lines = ["# written by `costmodel validate --report`; held-out errors",
+             f'source: "{what} held-out errors of costmodel validate, {date or today()}"',
+             f"overall: {band(summary)}", "by_metric:"]
+    for k, s in summary["by_metric"].items():
+        if s["n"]:
+            lines.append(f"  {k}: {band(s)}")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------------- diagnoses
+
+def diagnose(row: dict, m: Measurement) -> str:
+    """One line on why a row is off (the mechanism), from the row's configuration and source."""
+    rec, e = m.record, row.get("rel_error")
+    g, wd, rt = m.group, rec.weight_dtype, m.runtime
+    rate = m.metric in ("tokens_per_s_per_seq", "tokens_per_s")
+    if m.categorical:
+        return ("predicted to fit (13.5 GB fp16 weights + KV + runtime overhead under the T4's usable memory), "
+                "but HF accelerate's device_map='auto' keeps headroom and offloaded: loader headroom is not "
+                "modelled" if row.get("predicted") else "fit verdict disagrees with the observation")
+    if g == "eagle-readme":
+        return ("the AR baseline is far below the bandwidth roofline (gpt-fast reaches about twice this on an "
+                "A100 with the same code base): GPU variant or settings not comparable; a data problem more "
+                "than a model one")
+    if m.metric == "weights_bytes" and wd in ("int4", "int8"):
+        return ("quantisation layout: gpt-fast int4 stores bf16 scales+zeros per 32 weights, GGUF Q4_0 is 4.5 "
+                "bit and Q4_K_M ~4.8 bit, embeddings often stay 16-bit; dtype int4 assumes group-128 scales "
+                "(0.531 B/weight) for every weight")
+    if m.metric == "peak_device_memory_bytes" and rt == "trt-llm":
+        return ("TRT-LLM int4 keeps the embedding and LM head in fp16 (+1.5 GB for Llama-3-8B's 128K vocabulary) "
+                "and reserves workspace; the model quantises every weight")
+    if wd in ("int4", "int8") and rate and e is not None and e > 0.2:
+        return (f"weight-only {wd} decode kernels spend ALU time unpacking and scaling weights; the model charges "
+                "only the bytes, so quantised decode on a large GPU is predicted too fast")
+    if rec.n_devices >= 4 and rt == "compiled" and m.record.strategy == "autoregressive" and e is not None and e < 0:
+        return ("tensor-parallel all-reduce latency: the ring model charges 2(n-1) x 3.1 us per all-reduce "
+                "(NCCL-measured 44 us on 8 GPUs), 64 of them per token; gpt-fast's intra-node custom "
+                "all-reduce is several times faster")
+    if g == "magicdec-table":
+        return ("the measured speculative step costs ~2.4x an AR step at 32K context vs ~1.9x predicted: "
+                "verifying gamma+1 tokens over a long KV (several queries per KV head in MagicDec's attention "
+                "kernels) costs more than the model's memory-bound attention; acceptance taken from another table")
+    if g == "a10g-llmperf" and rec.batch_size >= 32:
+        return ("continuous batching interleaves other requests' prefills (550-token prompts) into decode steps; "
+                "the client-side inter-token latency includes them, the model's decode step does not")
+    if rt == "llama.cpp" and wd == "fp16" and e is not None and abs(e) > 0.15:
+        return ("llama.cpp's achieved bandwidth depends on the GPU (about 0.8 of the stream bandwidth on the "
+                "RTX 4090, ~0.6 on the A100 for the same f16 model): one runtime efficiency cannot fit both")
+    if g.startswith("specbench") and rec.draft_model == "none" and e is not None and e > 0:
+        return ("research-code draft construction on the CPU (datastore lookup, n-gram pools, tree buffers) and "
+                "per-step bookkeeping are not modelled: draft_model=none is free in the model")
+    if g.startswith("specbench") and rec.hardware == "rtx-3090" and e is not None and e < 0:
+        return ("verifying 26-81 tokens on the RTX 3090 (71 TFLOP/s fp16, fp32 accumulate) is compute-bound at the "
+                "fitted small-M efficiency, which the A100 rows pull down: the model has no M- and GPU-dependent "
+                "GEMM efficiency")
+    if g.startswith("specbench") and e is not None and e > 0:
+        return ("per-step research-code bookkeeping (candidate and posterior kernels, KV compaction per layer) and "
+                "masked tree attention cost more than the model's verification pass")
+    if rt == "eager" and m.record.strategy == "autoregressive":
+        return ("eager overlap: the model takes max(host, device) per pass; in reality small kernels are "
+                "host-bound and GEMMs device-bound, so the two partly add up (visible on 60-layer 33B models)")
+    return "within the spread of the source (assumed lengths, unstated settings)"
+
+
+# ------------------------------------------------------------------------------------------- report
+
+STRATEGY_COLOURS = {"autoregressive": "#1f77b4", "speculative": "#ff7f0e", "tree": "#2ca02c",
+                    "shared_prefix": "#9467bd"}
+PLOT_NAME = "pred_vs_measured.png"
+
+
+def _tick_label(v, _pos=None) -> str:
+    return f"{v:.3g}"
+
+
+def _minor_tick_label(v, _pos=None) -> str:
+    if v <= 0:
+        return ""
+    mant = v / 10 ** math.floor(math.log10(v))
+    return f"{v:.3g}" if round(mant) in (2, 5) and abs(mant - round(mant)) < 1e-6 else ""
+
+
+def plot(rows: list[dict], path) -> str:
+    """Predicted vs measured, log-log, one panel per metric, coloured by strategy; ±25 % band."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    num = [r for r in rows if r["rel_error"] is not None]
+    metrics = sorted({r["metric"] for r in num}, key=lambda k: -sum(r["metric"] == k for r in num))
+    ncol = min(4, len(metrics)) or 1
+    nrow = math.ceil(len(metrics) / ncol) or 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 4.0 * nrow), squeeze=False)
+    for ax, metric in zip(axes.ravel(), metrics):
+        rs = [r for r in num if r["metric"] == metric]
+        lo = min(min(r["measured"], r["predicted"]) for r in rs) / 1.5
+        hi = max(max(r["measured"], r["predicted"]) for r in rs) * 1.5
+        x = np.geomspace(lo, hi, 50)
+        ax.plot(x, x, "k-", lw=0.8)
+        ax.fill_between(x, x * 0.75, x * 1.25, color="0.85", lw=0)
+        for strat, col in STRATEGY_COLOURS.items():
+            pts = [r for r in rs if r["strategy"] == strat]
+            if pts:
+                ax.scatter([r["measured"] for r in pts], [r["predicted"] for r in pts], s=18, c=col,
+                           label=strat, edgecolors="none", alpha=0.85)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        if hi / lo < 30:        # under ~1.5 decades: label the 2x and 5x minor ticks, compactly
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_major_formatter(FuncFormatter(_tick_label))
+                axis.set_minor_formatter(FuncFormatter(_minor_tick_label))
+        else:
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_title(f"{metric} (n={len(rs)})", fontsize=9)
+        ax.set_xlabel("measured", fontsize=8)
+        ax.set_ylabel("predicted (held out)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes.ravel()[len(metrics):]:
+        ax.axis("off")
+    handles, labels = [], []
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.suptitle("costmodel validate: predicted vs measured (leave-one-source-out), grey = within 25 %",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def _pct(x):
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
+def _table(title: str, groups: dict) -> list:
+    out = [f"| {title} | n | median abs err | p90 abs err | within 25 % | median signed |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for k, s in groups.items():
+        out.append(f"| {k} | {s['n']} | {_pct(s['median_abs_rel_error'])} | {_pct(s['p90_abs_rel_error'])} | "
+                   f"{_pct(s['within_25pct'])} | {_pct(s['median_rel_error'])} |")
+    return out
+
+
+GOALS = {"median_abs_rel_error": 0.10, "p90_abs_rel_error": 0.30, "within_25pct": 0.80}
+
+
+def goals_met(s: dict) -> dict:
+    return {"median_abs_rel_error": s["median_abs_rel_error"] <= GOALS["median_abs_rel_error"],
+            "p90_abs_rel_error": s["p90_abs_rel_error"] <= GOALS["p90_abs_rel_error"],
+            "within_25pct": s["within_25pct"] >= GOALS["within_25pct"]}
+
+
+def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict | None = None,
+                 strict: dict | None = None, files=(), date: str | None = None) -> list:
+    """REPORT.md, the predicted-vs-measured PNG and error_band.yaml from held-out results."""
+    from .validate import summarize
+    out_dir = Path(out_dir)
+    date = date or today()
+    rows = loso["rows"]
+    s = summarize(rows)
+    by_id = {m.id: m for m in ms}
+    png = plot(rows, out_dir / PLOT_NAME)
+    band = write_error_band(s, out_dir / "error_band.yaml", date, loso["by"])
+    met = goals_met(s)
+    L = ["# Validation report", "",
+         f"Written by `costmodel validate --report` on {date} from {', '.join(files) or 'the given rows'}: "
+         f"{len(rows)} measurements ({s['n']} numeric, {s['categorical']['n']} categorical). Every error below is "
+         "**held out**: leave-one-source-out, i.e. the rows of one source table are predicted with runtime "
+         "parameters fitted on all *other* tables (`costmodel/calibrate.py`). rel error = (predicted − measured) "
+         "/ measured.", "",
+         "## Summary (held out)", "",
+         "| | n | median abs err | p90 abs err | within 25 % |", "|---|---:|---:|---:|---:|",
+         f"| all metrics | {s['n']} | {_pct(s['median_abs_rel_error'])} | {_pct(s['p90_abs_rel_error'])} | "
+         f"{_pct(s['within_25pct'])} |",
+         f"| timing metrics only (no sizes) | {s['timing_only']['n']} | "
+         f"{_pct(s['timing_only']['median_abs_rel_error'])} | {_pct(s['timing_only']['p90_abs_rel_error'])} | "
+         f"{_pct(s['timing_only']['within_25pct'])} |"]
+    if strict:
+        st = summarize(strict["rows"])
+        L.append(f"| all metrics, leave-one-*publication*-out (stricter) | {st['n']} | "
+                 f"{_pct(st['median_abs_rel_error'])} | {_pct(st['p90_abs_rel_error'])} | "
+                 f"{_pct(st['within_25pct'])} |")
+    if in_sample:
+        si = in_sample["summary"]
+        L.append(f"| all metrics, in sample (fitted on every row; for comparison only) | {si['n']} | "
+                 f"{_pct(si['median_abs_rel_error'])} | {_pct(si['p90_abs_rel_error'])} | "
+                 f"{_pct(si['within_25pct'])} |")
+    L += ["", "Goals (issue 4): median ≤ 10 %, p90 ≤ 30 %, ≥ 80 % of rows within 25 %: "
+          + ", ".join(f"{k} {'met' if v else '**missed**'}" for k, v in met.items()) + ".",
+          f"Categorical rows (`fits`): {s['categorical']['agree']} of {s['categorical']['n']} agree.", ""]
+    for key, title in (("by_strategy", "strategy"), ("by_hardware", "hardware"), ("by_metric", "metric"),
+                       ("by_runtime", "runtime")):
+        L += [f"### By {title}", ""] + _table(title, s[key]) + [""]
+    L += [f"![predicted vs measured]({PLOT_NAME})", "",
+          "## What was fitted, on what", "",
+          "Per runtime, on that runtime's timing rows (sizes are not fitted; hardware efficiencies are sourced "
+          "measurements and are never fitted). Values below are the fit on all rows, written to `runtimes/*.yaml` "
+          "with provenance; each fold refits them without the held-out table.", "",
+          "| runtime | parameter | fitted value | rows | fold range |", "|---|---|---:|---:|---|"]
+    for r, e in sorted(loso["full_fit"].items()):
+        if not e.get("fitted"):
+            L.append(f"| {r} | – | not fitted (no rows): priors kept | 0 | |")
+            continue
+        for k, v in e["params"].items():
+            vals = [f["refitted"][r]["params"][k] for f in loso["folds"] if r in f["refitted"]
+                    and f["refitted"][r]["params"].get(k) is not None]
+            rng = f"{fmt_value(min(vals))} – {fmt_value(max(vals))}" if vals else ""
+            L.append(f"| {r} | {k} | {fmt_value(v)} | {e['n_rows']} | {rng} |")
+    L += ["", "Fold range: the values the leave-one-source-out folds used; a fold that leaves a runtime without "
+          "calibration rows uses that runtime's prior (`calibrate.PRIORS`, not derived from these data)."]
+    fp = {r: e["params"] for r, e in loso["full_fit"].items() if e.get("fitted")}
+    notes = []
+    if "eager" in fp:
+        e = fp["eager"]
+        notes.append(f"- eager: {1e6 * e.get('host_per_kernel_s', 0):.1f} µs of host time per kernel launch and "
+                     f"{e.get('kernels_per_pass', 0):.0f} launch-equivalents ({1e3 * e.get('host_per_kernel_s', 0) * e.get('kernels_per_pass', 0):.1f} ms) "
+                     "of per-forward host work (HF module dispatch, masks, cache and logits bookkeeping), which also "
+                     "charges every eager draft pass; compute_efficiency "
+                     f"{e.get('compute_efficiency', 1):.2f} stands in for the missing M-dependent GEMM efficiency "
+                     "(verification runs 6–81 tokens; hardware_specs note 0.33 for M = 64 on the A100) and makes "
+                     "eager *prefill* (large M) pessimistic.")
+    if "compiled" in fp:
+        notes.append(f"- compiled: decode GEMVs reach {fp['compiled']['bandwidth_efficiency']:.2f} of the measured "
+                     "stream bandwidth (gpt-fast and SGLang agree; gpt-fast's A100 is also power-capped at 330 W), "
+                     f"{1e3 * fp['compiled']['step_overhead_s']:.2f} ms per step.")
+    if "llama.cpp" in fp:
+        notes.append(f"- llama.cpp: {fp['llama.cpp']['bandwidth_efficiency']:.2f} blends f16 rows (~0.8 on the 4090, "
+                     "~0.6 on the A100) with Q4 rows whose dequantisation cost the model lacks; a free per-step "
+                     "overhead was not fitted because it turned into a 4 ms per-token stand-in for that cost.")
+    covered = {m.record.strategy for m in ms}
+    missing = [x for x in ("autoregressive", "speculative", "tree", "shared_prefix") if x not in covered]
+    L += ["", "Reading the fitted values:", ""] + notes
+    if missing:
+        L += ["", f"Not validated: {', '.join(missing)} (no expressible end-to-end measurement in the reference "
+                  "set; see validation/README.md)."]
+    L += ["", "## Worst 10 rows (held out)", "",
+          "| id | metric | model / hardware / runtime / strategy | measured | predicted | rel err | diagnosis |",
+          "|---|---|---|---:|---:|---:|---|"]
+    worst = sorted([r for r in rows if r["rel_error"] is not None], key=lambda r: -abs(r["rel_error"]))[:10]
+    for r in worst:
+        m = by_id[r["id"]]
+        L.append(f"| {r['id']} | {r['metric']} | {m.record.model} / {m.record.hardware}"
+                 f"{' x' + str(m.record.n_devices) if m.record.n_devices > 1 else ''} / {m.runtime} / "
+                 f"{m.record.strategy} ({m.record.weight_dtype}) | {r['measured']:.4g} | {r['predicted']:.4g} | "
+                 f"{100 * r['rel_error']:+.0f} % | {diagnose(r, m)} |")
+    cats = [r for r in rows if r["rel_error"] is None and not r.get("agree")]
+    for r in cats:
+        L.append(f"| {r['id']} | {r['metric']} | {by_id[r['id']].record.model} / {by_id[r['id']].record.hardware} | "
+                 f"{r['measured']} | {r['predicted']} | – | {diagnose(r, by_id[r['id']])} |")
+    L += ["", "## Where the goals are missed, and why", "",
+          "Rows beyond 25 % (held out), grouped by mechanism. None of these is fixed by a fitted factor: each "
+          "names something the model does not represent (or a data problem).", ""]
+    off = [r for r in rows if r["rel_error"] is not None and abs(r["rel_error"]) > 0.25]
+    groups: dict = {}
+    for r in off:
+        groups.setdefault(diagnose(r, by_id[r["id"]]), []).append(r)
+    for text, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        ids = ", ".join(f"{r['id']} ({100 * r['rel_error']:+.0f} %)" for r in rs)
+        L.append(f"- **{len(rs)} row{'s' if len(rs) > 1 else ''}**: {text}. {ids}")
+    L += ["", "## All rows (held out)", "",
+          "| id | group | metric | measured | predicted | rel err |", "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        err = "–" if r["rel_error"] is None else f"{100 * r['rel_error']:+.1f} %"
+        meas = r["measured"] if isinstance(r["measured"], bool) else f"{r['measured']:.4g}"
+        pred = r["predicted"] if isinstance(r["predicted"], bool) else f"{r['predicted']:.4g}"
+        L.append(f"| {r['id']} | {r['source_group']} | {r['metric']} | {meas} | {pred} | {err} |")
+    L += ["", f"Error band for the claim checker: `{Path(band).name}` (overall and per metric, held out).", ""]
+    path = out_dir / "REPORT.md"
+    path.write_text("\n".join(L), encoding="utf-8")
+    return [str(path), png, band]

@@ -7,6 +7,12 @@ an inequality string (``"< 1"``, ``">= 2.5"``), ``true``/``false`` (``fits``) or
 ratio to — or with ``compare: difference`` its difference from — the same metric of the overridden
 record), ``not_checkable`` (why the model cannot express the claim), ``notes``.
 
+Metrics: any key ``evaluate(record, details=True)`` returns, plus ``hardware.<field>`` (a spec
+figure), ``attention_time_s`` (attention operators of one step), ``attention_time_fraction``
+(attention ÷ (attention + FFN) operator time), ``breakeven_acceptance_rate`` (the α at which the
+speedup over AR reaches 1), ``recommended_strategy`` (:func:`costmodel.recommend.recommend`; hardware-
+blind without ``hardware``), and two metrics joined by ``+``, ``-`` or ``/``.
+
 Verdict of one figure, from most to least severe:
 
 * ``impossible``   — breaks a hard bound (below):
@@ -30,7 +36,8 @@ Verdict of one figure, from most to least severe:
   binding resource of the claim's configuration.
 * ``optimistic`` / ``pessimistic`` — better / worse than predicted by more than the error band
   (|claimed − predicted| / |claimed| > band; "better" = higher throughput, speedup or tokens per step,
-  lower latency, memory, bytes or FLOPs).
+  lower latency, memory, bytes or FLOPs). A ratio of two records' throughput or latency
+  (``relative_to``) and a ``recommended_strategy`` claim use the band of ``speedup_vs_ar``.
 * ``consistent``   — within the band. The band is the p90 absolute relative error of validation for
   that metric when it has ≥ 5 rows, else the overall p90 (``validation/error_band.yaml``).
 
@@ -60,6 +67,9 @@ HIGHER_BETTER = {"tokens_per_s", "tokens_per_s_per_seq", "tokens_per_step", "spe
                  "hardware.usable_bytes", "hardware.l2_bytes", "hardware.matrix_flops_per_s.fp16",
                  "mean_accepted_tokens", "usable_memory_bytes"}
 CATEGORICAL = {"bound", "recommended_strategy"}
+#: throughput and latency metrics: their ratio between two records is judged with the speedup band
+RATE_METRICS = {"tokens_per_s", "tokens_per_s_per_seq", "step_latency_s", "time_per_output_token_s",
+                "e2e_latency_s", "ttft_s"}
 DERIVED = {"breakeven_acceptance_rate", "attention_time_fraction", "attention_time_s", "recommended_strategy"}
 CLAIM_KEYS = ("id", "text", "metric", "value", "values", "relative_to", "compare", "not_checkable", "notes",
               "source", "base", "unit", "measured", "reliability", "source_locator")
@@ -316,8 +326,7 @@ class Predictor:
                 raise InputError("breakeven_acceptance_rate needs strategy speculative or tree", field="strategy")
             v = _breakeven_alpha(self.fields)
         elif metric == "recommended_strategy":
-            from .recommend import recommend
-            v = recommend(dict(self.fields))["recommended"]
+            v = _recommend(self.fields)["recommended"]
         elif metric in self.out:
             v = self.out[metric]
         else:
@@ -326,6 +335,18 @@ class Predictor:
                              allowed=", ".join(allowed + sorted(DERIVED)) + ", hardware.<field>, or a+b")
         self._cache[metric] = v
         return v
+
+
+_REC_CACHE: dict = {}
+
+
+def _recommend(fields: dict) -> dict:
+    """recommend(fields), memoised for one check() run (several claims share a workload)."""
+    from .recommend import recommend
+    key = repr(sorted((str(k), repr(v)) for k, v in fields.items()))
+    if key not in _REC_CACHE:
+        _REC_CACHE[key] = recommend(dict(fields))
+    return _REC_CACHE[key]
 
 
 def _parse(fields: dict, src: str):
@@ -600,8 +621,7 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
     blind = "hardware" not in fields and all(m == "recommended_strategy" for m, _, _ in figs)
     results = []
     if blind:
-        from .recommend import recommend
-        r = recommend(dict(fields))
+        r = _recommend(fields)
         for metric, cv, text in figs:
             results.append(_judge_recommendation(cv, r, band, text))
     else:
@@ -618,6 +638,9 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
         lim_other = None
         for metric, cv, text in figs:
             b, basis = band.for_metric(metric)
+            if rel and compare == "ratio" and metric in RATE_METRICS:
+                b, basis = band.for_metric("speedup_vs_ar")       # a ratio of two rates is a speedup
+                basis += " (a ratio of two rates)"
             if rel:
                 if not isinstance(rel, dict):
                     raise InputError("must be a mapping of record overrides", source=src, field="relative_to")
@@ -720,9 +743,7 @@ def _judge_category(metric: str, cv: Claimed, p, pred: Predictor, band: ErrorBan
         return {"verdict": "inconsistent", "reason": f"claims {cv.name}-bound, but this configuration's own bytes "
                 f"and FLOPs make it {p}-bound (arithmetic intensity {pred.out['arithmetic_intensity']:.3g} FLOP/B)"}
     if metric == "recommended_strategy":
-        from .recommend import recommend
-        r = recommend(dict(pred.fields))
-        return _judge_recommendation(cv, r, band, None, fig_only=True)
+        return _judge_recommendation(cv, _recommend(pred.fields), band, None, fig_only=True)
     raise InputError(f"metric {metric!r} is not categorical", field="metric")
 
 
@@ -730,7 +751,7 @@ def _judge_recommendation(cv: Claimed, r: dict, band: ErrorBand, text, fig_only=
     want = {"ar": "autoregressive", "spec": "speculative", "shared": "shared_prefix"}.get(cv.name, cv.name)
     if want not in STRATEGIES:
         raise InputError(f"unknown strategy {cv.raw!r}", field="recommended_strategy", allowed=", ".join(STRATEGIES))
-    b, basis = band.for_metric(r.get("objective", "tokens_per_s"))
+    b, basis = band.for_metric("speedup_vs_ar")       # a ratio of two strategies' throughput
     best = r.get("recommended")
     fig = {} if fig_only else {"metric": "recommended_strategy", "claimed": cv.raw, "predicted": best, "band": b}
     if text and not fig_only:
@@ -741,8 +762,9 @@ def _judge_recommendation(cv: Claimed, r: dict, band: ErrorBand, text, fig_only=
         if want == best:
             fig.update(verdict="consistent", reason=f"the model also recommends {want} ({r['reason']})")
         elif bw > 0 and wc >= bw * (1 - b):
-            fig.update(verdict="consistent", reason=f"the model prefers {best}, but {want} stays within the ±{b:.0%} "
-                       f"band of the best (worst case {wc:.2f}×, wins on {wp:.0%} of the devices; {r['reason']})")
+            fig.update(verdict="consistent", reason=f"the model prefers {best} ({want} wins on {wp:.0%} of the devices), "
+                       f"but the gap is within the ±{b:.0%} band: {want} is never worse than {wc:.2f}× the best "
+                       f"({r['reason']})")
         else:
             fig.update(verdict="optimistic", reason=f"{want} wins on {wp:.0%} of the devices and falls to {wc:.2f}× "
                        f"the best; the model recommends {best} ({r['reason']})")
@@ -776,6 +798,7 @@ def check(claims, *, band=None) -> dict:
         raise InputError("claims must be a path, a mapping with 'claims:', or a list of claims")
     out = []
     ids = set()
+    _REC_CACHE.clear()
     for i, c in enumerate(items):
         if not isinstance(c, dict):
             raise InputError("each claim must be a mapping", field=f"claims[{i}]")

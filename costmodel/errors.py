@@ -20,7 +20,7 @@ class InputError(ValueError):
             parts.append(f"field '{field}'")
         prefix = ": ".join(parts)
         text = f"{prefix}: {message}" if prefix else message
-        if value is not None and "got" not in message:
+        if value is not None and "got" not in message and str(value) not in message:
             text += f" (got {value!r})"
         if allowed:
             text += f"; allowed: {allowed}"

@@ -92,7 +92,7 @@ class Hardware:
 
 def _link(f: Fields, key: str) -> Link:
     s = f.sub(key)
-    return Link(type=s.text("type"), bandwidth_bytes_per_s=s.num("bandwidth_bytes_per_s", min_value=0),
+    return Link(type=s.text("type"), bandwidth_bytes_per_s=s.num("bandwidth_bytes_per_s", min_value=1),
                 latency_s=s.num("latency_s", min_value=0))
 
 
@@ -109,8 +109,8 @@ def parse_hardware(data, src: str) -> Hardware:
     for j, raw in enumerate(pw.items("modes", required=False)):
         mm = Fields(raw, src, f"power.modes[{j}]")
         modes.append(PowerMode(id=str(mm._get("id")), power_w=mm.num("power_w", min_value=0),
-                               compute_scale=mm.num("compute_scale", min_value=0, max_value=1),
-                               bandwidth_scale=mm.num("bandwidth_scale", min_value=0, max_value=1)))
+                               compute_scale=mm.num("compute_scale", min_value=0.01, max_value=1),
+                               bandwidth_scale=mm.num("bandwidth_scale", min_value=0.01, max_value=1)))
     cap = m.num("capacity_bytes", min_value=1)
     usable = m.num("usable_bytes", min_value=1)
     if usable > cap:

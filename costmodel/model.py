@@ -98,9 +98,7 @@ MODEL_FIELDS = ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads", "h
 
 def _from_zoo_yaml(data, src: str) -> Model:
     f = Fields(data, src)
-    unknown = sorted(set(data) - set(MODEL_FIELDS))
-    if unknown:
-        raise InputError("unknown field", source=src, field=unknown[0], allowed=", ".join(MODEL_FIELDS))
+    f.check_keys(MODEL_FIELDS)
     i = dict(required=True, integer=True, min_value=1)
     m = Model(
         id=f.text("id"), name=f.text("name"), n_layers=f.num("n_layers", **i), d_model=f.num("d_model", **i),

@@ -19,6 +19,7 @@ for the group. Formulas (per layer unless stated):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -32,7 +33,10 @@ from .runtime import Runtime
 
 @dataclass(frozen=True)
 class Exec:
-    """A model on hardware under a runtime with dtypes and tensor/pipeline parallel degrees."""
+    """A model on hardware under a runtime with dtypes and tensor/pipeline parallel degrees.
+
+    Immutable; its derived quantities (bytes per element, achievable FLOP/s and bandwidth, …) are
+    computed once per instance (``functools.cached_property``)."""
 
     model: Model
     hw: Hardware
@@ -43,47 +47,47 @@ class Exec:
     pp: int = 1
     allreduce_algorithm: str = "ring"     # 'ring' or 'tree' (parallel.allreduce_time_s)
 
-    @property
+    @functools.cached_property
     def w_bytes(self) -> float:
         return dtypes.weight_bytes_per_param(self.weight_dtype)
 
-    @property
+    @functools.cached_property
     def kv_elem_bytes(self) -> float:
         return dtypes.kv_bytes_per_element(self.kv_dtype)
 
-    @property
+    @functools.cached_property
     def act_bytes(self) -> float:
         return dtypes.activation_bytes(self.weight_dtype)
 
-    @property
+    @functools.cached_property
     def heads_per_device(self) -> float:
         return self.model.n_heads / self.tp
 
-    @property
+    @functools.cached_property
     def kv_heads_per_device(self) -> int:
         """KV heads held per device: split across TP, replicated when kv_heads < tp."""
         return math.ceil(self.model.n_kv_heads / self.tp)
 
-    @property
+    @functools.cached_property
     def kv_bytes_per_token_layer(self) -> float:
         """K and V of one token in one layer on one device: 2·kv_heads/dev·head_dim·bytes."""
         return 2.0 * self.kv_heads_per_device * self.model.head_dim * self.kv_elem_bytes
 
-    @property
+    @functools.cached_property
     def kv_bytes_per_token_device(self) -> float:
         return self.kv_bytes_per_token_layer * self.model.n_layers / self.pp
 
-    @property
+    @functools.cached_property
     def matrix_flops_per_s(self) -> float:
         """Achievable matrix FLOP/s: peak(compute dtype) · hardware and runtime efficiency."""
         return (self.hw.matrix_peak(dtypes.compute_dtype(self.weight_dtype))
                 * self.hw.matrix_efficiency * self.rt.compute_efficiency)
 
-    @property
+    @functools.cached_property
     def vector_flops_per_s(self) -> float:
         return self.hw.vector_flops_per_s * self.rt.compute_efficiency
 
-    @property
+    @functools.cached_property
     def hbm_bytes_per_s(self) -> float:
         """Achievable HBM bandwidth: datasheet · measured fraction · runtime factor."""
         return self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency

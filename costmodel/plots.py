@@ -30,6 +30,11 @@ DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXTS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
+OBJECTIVE_TEXT = {"tokens_per_s": "aggregate tokens/s", "tokens_per_s_per_seq": "tokens/s per sequence",
+                  "time_per_output_token_s": "time per output token", "e2e_latency_s": "end-to-end latency",
+                  "step_latency_s": "step latency"}
+
+
 def _plt():
     import matplotlib
     matplotlib.use("Agg")
@@ -107,6 +112,8 @@ def decision_map(fields: dict, output: str, batch_sizes=DEFAULT_BATCHES, context
     """Write the decision map PNG to ``output``; returns the data (see :func:`decision_map_data`)."""
     from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
+
+    from .recommend import OBJECTIVES
     plt = _plt()
     fields, alpha_txt = _fields_with_alpha(fields)
     d = decision_map_data(fields, batch_sizes, contexts, objective)
@@ -146,7 +153,7 @@ def decision_map(fields: dict, output: str, batch_sizes=DEFAULT_BATCHES, context
     ax.set_ylabel("context length when decoding starts (tokens)")
     gen = fields.get("gen_len", 128)
     ax.set_title(f"Which strategy wins: {fields['model']} on {_hw_name(fields['hardware'])}\n"
-                 f"objective {objective.replace('_', ' ')}; {alpha_txt}; {gen} generated tokens; "
+                 f"best = {'highest' if OBJECTIVES[objective] > 0 else 'lowest'} {OBJECTIVE_TEXT[objective]}; {alpha_txt}; {gen} generated tokens; "
                  f"number = margin over the runner-up", fontsize=10)
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in names]
     handles.append(Patch(facecolor=(0.85, 0.85, 0.85), hatch="///", edgecolor="#999999", label="nothing fits"))
@@ -178,11 +185,11 @@ def roofline_data(fields: dict) -> dict:
         if d is not None:
             phases.append(("draft pass", pass_cost(decode_shape(B, 1.0, L), d), d.tp))
     elif rec.strategy == "tree":
-        from .strategies import tree as tr
-        t = tr.build_tree(ctx)
-        d_ex, kind = tr.resolve_draft(ctx, build_draft(rec, ex))
-        extra = tr.medusa_ops(ex, max(t.depth, 1), B) if kind == "medusa" else []
-        phases.append(("verification pass", pass_cost(tr.verify_shape(ctx, t, rec.attention_kernel, extra), ex), ex.tp))
+        from .strategies.tree import build_tree, medusa_ops, resolve_draft, verify_shape
+        t = build_tree(ctx)
+        d_ex, kind = resolve_draft(ctx, build_draft(rec, ex))
+        extra = medusa_ops(ex, max(t.depth, 1), B) if kind == "medusa" else []
+        phases.append(("verification pass", pass_cost(verify_shape(ctx, t, rec.attention_kernel, extra), ex), ex.tp))
         if d_ex is not None:
             from .ops import PassShape
             n1 = float(t.level_sizes[0])
@@ -254,7 +261,8 @@ def roofline(fields: dict, output: str) -> dict:
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
     ax.set_ylabel("achieved throughput (TFLOP/s)")
     strat = rec.strategy + (f", draft {rec.draft_model}" if rec.draft_model else "") + (
-        f", γ={rec.gamma}" if rec.strategy == "speculative" else "")
+        f", γ={rec.gamma}" if rec.strategy == "speculative" else "") + (
+        f", {rec.tree_nodes} nodes" if rec.strategy == "tree" and rec.tree_nodes else "")
     ax.set_title(f"Roofline of {d['hw_name']}: {rec.model}, batch {rec.batch_size}, prompt {rec.prompt_len}\n"
                  f"operators of each phase ({strat})\nmarker size = share of the phase's time; labelled: operators taking ≥ 8% of it", fontsize=10)
     ax.grid(True, which="major", ls=":", lw=0.5)
@@ -350,10 +358,13 @@ def sweep(fields: dict, axis: str, values: list, output: str, metric: str = "tok
     ax.set_ylabel(ylab)
     where = fields.get("hardware") if axis != "hardware" else "each device"
     ax.set_title(f"{ylab} over {axis.replace('_', ' ')}: {fields.get('model', '')} on {where}\n"
-                 f"each strategy tuned per point for {objective.replace('_', ' ')}; {alpha_txt}; "
+                 f"each strategy tuned per point for {OBJECTIVE_TEXT[objective]}; {alpha_txt}; "
                  f"gaps = does not fit", fontsize=10)
     ax.grid(True, ls=":", lw=0.5)
-    ax.legend(fontsize=8)
+    if numeric:
+        ax.legend(fontsize=8, loc="best")
+    else:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(output)
     plt.close(fig)

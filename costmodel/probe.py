@@ -186,7 +186,8 @@ def _r(x: float) -> float:
 
 def to_hardware_yaml(m: dict, hw_id: str) -> dict:
     """The measurement as a hardware mapping that :func:`costmodel.load_hardware` accepts."""
-    m = {k: (_r(v) if isinstance(v, float) else v) for k, v in m.items()}
+    rates = ("bandwidth", "matrix_fp32", "matrix_fp16", "vector", "l2_bandwidth", "launch")
+    m = {k: (_r(v) if k in rates else v) for k, v in m.items()}      # capacities stay exact
     src = {"id": "costmodel_probe", "title": f"costmodel probe on this machine: {m['method']}", "url": "local measurement"}
     link = {"type": "none measured (single device)", "bandwidth_bytes_per_s": float(m["bandwidth"]), "latency_s": 1.0e-5}
     return {

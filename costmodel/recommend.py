@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -290,8 +291,11 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_res: dict) -> str:
         head = (f"memory-bound at {where}: an AR step moves {_fmt_bytes(moved)} "
                 f"({1 - kvfrac:.0%} of it weights, {kvfrac:.0%} KV cache) at {ai:.0f} FLOP/B, below the device's ridge of {ridge:.0f} FLOP/B")
     elif bound == "compute":
-        head = (f"compute-bound at {where}: an AR step already runs at {ai:.0f} FLOP/B, above the device's "
-                f"ridge of {ridge:.0f} FLOP/B")
+        from . import dtypes
+        w_bytes = dtypes.weight_bytes_per_param(str(fields.get("weight_dtype") or "fp16"))
+        gemm_ai = 2.0 * seqs / w_bytes            # 2·params·tokens FLOPs over params·bytes of weights
+        head = (f"compute-bound at {where}: the weight GEMMs of an AR step already run at about {gemm_ai:.0f} "
+                f"FLOP/B ({seqs} tokens per weight read), above the device's ridge of {ridge:.0f} FLOP/B")
     elif bound == "launch":
         head = f"launch-bound at {where}: an AR step is dominated by kernel launches and host overhead"
     else:
@@ -309,7 +313,7 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_res: dict) -> str:
         why = ("verifying extra tokens multiplies the FLOPs of a step that has no spare compute"
                if bound == "compute" else "the extra tokens per step do not pay for the draft and verification")
         return (head + f"; {why}: the best {alt} ({_cfg_text(a['config'])}) costs {cost:.2f}× an AR step "
-                f"for {a['tokens_per_step']:.2f} tokens → {a['speedup_vs_ar']:.2f}× AR")
+                f"for {a['tokens_per_step']:.2f} tokens → {_r(a['speedup_vs_ar'])}× AR")
     if best == "shared_prefix":
         kv = cands["shared_prefix"]
         return (head + f"; the shared prefix is stored and read once for the {n_br} branches of each prompt: "
@@ -364,8 +368,19 @@ def recommend_on(fields: dict, hw, objective: str = "tokens_per_s") -> dict:
 
 # --------------------------------------------------------------------------- hardware-blind
 def zoo_hardware() -> list:
+    """The zoo's device ids."""
     from .specs import zoo_ids
-    return [load_hardware(i) for i in zoo_ids("hardware_specs")]
+    return list(zoo_ids("hardware_specs"))
+
+
+class SampledHardware(Hardware):
+    """A device drawn from an envelope: a Hardware compared and hashed by identity (its peaks are a
+    dict, so the dataclass hash cannot be used by caches keyed on the record)."""
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
 
 
 def sample_envelope(envelope: dict | None, samples: int = 64, seed: int = 0, base: str = ENVELOPE_BASE) -> list:
@@ -384,7 +399,7 @@ def sample_envelope(envelope: dict | None, samples: int = 64, seed: int = 0, bas
         if not (0 < lo <= hi):
             raise InputError(f"bad range {lo:g}..{hi:g}", field=k, allowed="0 < low <= high (SI units)")
         env[key] = (lo, hi)
-    zoo = zoo_hardware()
+    zoo = [load_hardware(i) for i in zoo_hardware()]
     zoo_range = {"bandwidth_bytes_per_s": [h.bandwidth_bytes_per_s for h in zoo],
                  "matrix_flops_per_s": [h.matrix_peak("fp16") for h in zoo],
                  "l2_bytes": [h.l2_bytes for h in zoo], "capacity_bytes": [h.capacity_bytes for h in zoo]}
@@ -397,7 +412,8 @@ def sample_envelope(envelope: dict | None, samples: int = 64, seed: int = 0, bas
     lo = np.log([env[k][0] for k in keys])
     hi = np.log([env[k][1] for k in keys])
     vals = np.exp(lo + u * (hi - lo))
-    b = load_hardware(base)
+    b0 = load_hardware(base)
+    b = SampledHardware(**{f.name: getattr(b0, f.name) for f in dataclasses.fields(b0)})
     f16 = b.matrix_peak("fp16")
     out = []
     for i, row in enumerate(vals):
@@ -420,11 +436,12 @@ def recommend_blind(fields: dict, hardware: list, objective: str = "tokens_per_s
     wins = {k: 0.0 for k in names}
     per_hw, skipped = [], []
     for hw in hardware:
+        hw_id = hw.id if isinstance(hw, Hardware) else str(hw)
         ev = evaluate_families(fields, hw, objective=objective, fam=fam)
         g = {k: float(np.ravel(ev[k]["goodness"])[0]) for k in names}
         top = max(g.values())
         if not math.isfinite(top) or top <= 0:
-            skipped.append(hw.id)
+            skipped.append(hw_id)
             continue
         ratios = {k: (g[k] / top if math.isfinite(g[k]) else 0.0) for k in names}
         winners = [k for k in names if ratios[k] >= 1.0 - 1e-9]
@@ -432,7 +449,7 @@ def recommend_blind(fields: dict, hardware: list, objective: str = "tokens_per_s
             wins[k] += 1.0 / len(winners)
         best_cfg = {k: ev[k]["configs"][int(np.ravel(ev[k]["index"])[0])] for k in names}
         ar_bound = str(np.ravel(ev["autoregressive"]["results"][0]["bound"])[0])
-        per_hw.append({"hardware": hw.id, "best": winners[0], "ratios": ratios,
+        per_hw.append({"hardware": hw_id, "best": winners[0], "ratios": ratios,
                        "fits": {k: math.isfinite(g[k]) for k in names}, "configs": best_cfg,
                        "objective_best": top if OBJECTIVES[objective] > 0 else 1.0 / top,
                        "ar_bound": ar_bound})
@@ -523,14 +540,16 @@ def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None 
                                          for d in devices)),
                                float(max(getattr(d, k) if k != 'matrix_flops_per_s' else d.matrix_peak('fp16')
                                          for d in devices))] for k in ENVELOPE_KEYS}
-        out.pop("per_hardware", None) if samples > 32 else None
+        if samples > 32:                     # keep the JSON readable; the summary keys carry the answer
+            out.pop("per_hardware", None)
         return out
-    devices = [load_hardware(h) for h in hardware_list] if hardware_list else zoo_hardware()
+    devices = [str(h) if os.sep in str(h) else load_hardware(h).id for h in hardware_list] if hardware_list \
+        else zoo_hardware()
     out = recommend_blind(fields, devices, objective)
     out["mode"] = f"hardware-blind: the {len(devices)} devices of the zoo"
     return out
 
 
 def _r(x: float) -> str:
-    """A ratio to the best: two decimals, three when two would round a loss to 1.00."""
-    return f"{x:.3f}" if 0.995 <= x < 1.0 else f"{x:.2f}"
+    """A ratio: two decimals, three when two would round a small loss or gain to 1.00."""
+    return f"{x:.3f}" if 0.995 <= x < 1.005 and x != 1.0 else f"{x:.2f}"

@@ -2,7 +2,9 @@
 
 ``parse_record(mapping)`` is the single place input errors are raised: unknown fields (with a
 'did you mean'), wrong types, out-of-range values and contradictions all raise InputError naming
-the field, the bad value and what is allowed. Values may be strings (command line, CSV cells).
+the field, the bad value and what is allowed. Values may be strings (command line, CSV cells);
+None or blank text means "default", while 'nan', 'inf' and a float NaN are refused. The kinds of
+bad input and their messages: docs/errors.md.
 """
 
 from __future__ import annotations
@@ -80,14 +82,15 @@ MAX_INT = {"batch_size": 1 << 20, "prompt_len": 1 << 24, "gen_len": 1 << 24, "n_
 
 
 def _short(v, limit: int = 40) -> str:
-    r = repr(v)
+    """A bad value as messages show it: command-line text as typed, anything else as its repr."""
+    r = v.strip() if isinstance(v, str) and v.strip() and v.strip() == v.strip().strip("'\"") else repr(v)
     return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
-def _as_number(name, v, src, what):
+def _as_number(name, v, src, what, allowed=None):
     """bool/str/int/float -> int or float, refusing non-numbers and non-finite values ('nan', 'inf')."""
     if isinstance(v, bool):
-        raise InputError(f"must be {what}, got {v!r}", source=src, field=name)
+        raise InputError(f"must be {what}, got {v!r}", source=src, field=name, allowed=allowed)
     if isinstance(v, str):
         s = v.strip().replace("_", "")
         try:
@@ -96,25 +99,25 @@ def _as_number(name, v, src, what):
             try:
                 v = float(s)
             except ValueError:
-                raise InputError(f"must be {what}, got {_short(v)}", source=src, field=name) from None
+                raise InputError(f"must be {what}, got {v!r}", source=src, field=name, allowed=allowed) from None
     if not isinstance(v, (int, float)):
         kind = {list: "a list", tuple: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
-        raise InputError(f"must be {what}, got {kind} {_short(v)}", source=src, field=name)
+        raise InputError(f"must be {what}, got {kind} {_short(v)}", source=src, field=name, allowed=allowed)
     try:
         finite = math.isfinite(v)
     except OverflowError:                       # an integer beyond float range
         finite = False
     if not finite:
         raise InputError(f"must be a finite number, got {_short(v)}", source=src, field=name,
-                         allowed="a finite number (not nan or inf)")
+                         allowed=allowed or "a finite number (not nan or inf)")
     return v
 
 
 def _as_int(name, v, src):
     raw = v
-    v = _as_number(name, v, src, "an integer")
     lo, hi = INT_FIELDS[name], MAX_INT.get(name)
     allowed = f"an integer >= {lo}" + (f" and <= {hi}" if hi else "")
+    v = _as_number(name, v, src, "an integer", allowed)
     if isinstance(v, float):
         if v != int(v):
             raise InputError(f"must be an integer, got {_short(raw)}", source=src, field=name, allowed=allowed)
@@ -160,7 +163,9 @@ def _as_int_list(name, v, src):
 
 
 def _empty(v) -> bool:
-    return v is None or (isinstance(v, str) and v.strip() == "") or (isinstance(v, float) and math.isnan(v))
+    """None or blank text means 'default'. A float NaN does not: it is refused like 'nan' (a pandas
+    row must turn its NaN cells into None first)."""
+    return v is None or (isinstance(v, str) and v.strip() == "")
 
 
 def parse_record(data, source: str = "record", allow_meta: bool = False) -> Record:
@@ -169,9 +174,12 @@ def parse_record(data, source: str = "record", allow_meta: bool = False) -> Reco
         return data
     if not isinstance(data, dict):
         raise InputError(f"a record must be a mapping of field: value, got {type(data).__name__}", source=source)
-    kw = {}
+    kw, seen = {}, set()
     for raw_key, v in data.items():
         key = str(raw_key).strip()
+        if key in seen:
+            raise InputError("given twice", source=source, field=key, allowed="each field once")
+        seen.add(key)
         if key in META_FIELDS or key.startswith("target_"):
             if allow_meta:
                 continue
@@ -192,8 +200,11 @@ def parse_record(data, source: str = "record", allow_meta: bool = False) -> Reco
             kw[key] = _as_int_list(key, v, source)
         else:
             if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-                raise InputError(f"must be text, got {type(v).__name__} {v!r}", source=source, field=key)
+                kind = {list: "a list", tuple: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
+                raise InputError(f"must be text, got {kind} {_short(v)}", source=source, field=key)
             s = str(v).strip()
+            if key == "draft_model" and s.lower() in DRAFT_KINDS:
+                s = s.lower()
             if key in CHOICES:
                 s = s.lower().replace("-", "_") if key not in ("weight_dtype", "kv_dtype") else s.lower()
                 if key == "strategy":
@@ -223,14 +234,14 @@ def _check_consistency(r: Record, src: str) -> None:
     tp, pp = r.tensor_parallel, r.pipeline_parallel
     if tp is not None and tp * pp != r.n_devices:
         raise InputError(f"tensor_parallel {tp} × pipeline_parallel {pp} = {tp * pp} devices, but n_devices is "
-                         f"{r.n_devices}", source=src, field="tensor_parallel", value=tp,
+                         f"{r.n_devices}", source=src, field="tensor_parallel",
                          allowed=f"n_devices = tensor_parallel × pipeline_parallel (e.g. n_devices={tp * pp})")
     if r.n_devices % pp:
         raise InputError(f"pipeline_parallel ({pp}) must divide n_devices ({r.n_devices})",
                          source=src, field="pipeline_parallel", value=pp)
     if r.shared_prefix_len > r.prompt_len:
         raise InputError(f"shared_prefix_len ({r.shared_prefix_len}) exceeds prompt_len ({r.prompt_len})",
-                         source=src, field="shared_prefix_len", value=r.shared_prefix_len,
+                         source=src, field="shared_prefix_len",
                          allowed=f"0..prompt_len = 0..{r.prompt_len} (0: the whole prompt is shared)")
     if r.rank_acceptance is not None:
         p = r.rank_acceptance

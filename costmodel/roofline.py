@@ -1,7 +1,8 @@
 """Operator time on the roofline, and the binding resource of a pass.
 
 For each operator:  t = max(FLOPs / achievable FLOP/s, HBM bytes / achievable bandwidth,
-L2 bytes / L2 bandwidth, communication time), attributed to the term that binds.
+(HBM bytes + L2 re-reads) / L2 bandwidth, communication time), attributed to the term that binds
+(every byte an SM reads crosses the L2, whether it came from HBM or was already there).
 A pass on the device takes Σ_ops t + kernels · device launch gap; the host issues the same
 kernels in kernels · host_per_kernel_s. They overlap (the host runs ahead asynchronously), so
 
@@ -35,12 +36,20 @@ class Cost:
     ops: list                 # (name, flops, hbm_bytes, seconds, bound) per device, per pass
 
     def __add__(self, other: "Cost") -> "Cost":
+        if "_work" in self.__dict__ or "_work" in other.__dict__:     # keep the work totals deferred
+            return _DeferredWork(self.time_s + other.time_s, {b: self.by_bound[b] + other.by_bound[b] for b in BOUNDS},
+                                 self.ops + other.ops,
+                                 lambda: (self.flops + other.flops, self.hbm_bytes + other.hbm_bytes))
         return Cost(self.time_s + other.time_s, self.flops + other.flops, self.hbm_bytes + other.hbm_bytes,
                     {b: self.by_bound[b] + other.by_bound[b] for b in BOUNDS}, self.ops + other.ops)
 
     def scale(self, k) -> "Cost":
         """k sequential repetitions (k may be an array)."""
         k = np.asarray(k, dtype=float)
+        if "_work" in self.__dict__:
+            return _DeferredWork(self.time_s * k, {b: v * k for b, v in self.by_bound.items()},
+                                 [(n, f * k, h * k, t * k, b) for n, f, h, t, b in self.ops],
+                                 lambda: (self.flops * k, self.hbm_bytes * k))
         return Cost(self.time_s * k, self.flops * k, self.hbm_bytes * k,
                     {b: v * k for b, v in self.by_bound.items()},
                     [(n, f * k, h * k, t * k, b) for n, f, h, t, b in self.ops])
@@ -53,11 +62,30 @@ class Cost:
     def bound(self) -> np.ndarray:
         """Name of the resource with the most attributed time, per element."""
         shape = np.shape(self.time_s)
-        fast = _max_argmax([_compact(np.broadcast_to(self.by_bound[b], shape)) for b in BOUNDS])
+        fast = _max_argmax([_compact(_bcast(self.by_bound[b], shape)) for b in BOUNDS])
         if fast is not None:
             return _BOUND_NAMES[np.broadcast_to(fast[1], shape)]
         stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])
         return np.asarray(BOUNDS, dtype=object)[np.argmax(stack, axis=0)]
+
+
+class _DeferredWork(Cost):
+    """A Cost whose work totals (``flops``, ``hbm_bytes``) are summed when first read, with the
+    same operations in the same order as eagerly: a prefill pass's totals, for one, are never read
+    by evaluate(), and on large arrays they are a tenth of the pass's arithmetic. Everything else
+    (``time_s``, ``by_bound``, ``ops``) is computed at once."""
+
+    def __init__(self, time_s, by_bound, ops, work):
+        self.time_s, self.by_bound, self.ops = time_s, by_bound, ops
+        self._work = work
+
+    def __getattr__(self, name):            # only reached while flops / hbm_bytes are unset
+        work = self.__dict__.get("_work")
+        if name not in ("flops", "hbm_bytes") or work is None:
+            raise AttributeError(name)
+        self.flops, self.hbm_bytes = work()
+        del self.__dict__["_work"]
+        return self.__dict__[name]
 
 
 _BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
@@ -78,6 +106,12 @@ def operator_rows(enabled: bool):
         _RECORD_OPS.reset(token)
 
 
+def _bcast(a, shape):
+    """np.broadcast_to(np.asarray(a, dtype=float), shape), skipped when ``a`` has that shape."""
+    a = np.asarray(a, dtype=float)
+    return a if a.shape == shape else np.broadcast_to(a, shape)
+
+
 def _compact(a: np.ndarray) -> np.ndarray:
     """A broadcast view (zero strides) as the smallest view that broadcasts back to it."""
     if a.ndim == 0 or 0 not in a.strides or a.size == 0:
@@ -85,38 +119,39 @@ def _compact(a: np.ndarray) -> np.ndarray:
     return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
 
 
-def _max_argmax(terms):
+def _max_argmax(terms, first_is_new: bool = False):
     """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
     of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
-    that broadcasts to the max's. None when a term holds a NaN or a negative number (or -0.0),
-    where the caller takes the reference path. For non-negative terms the first maximum is the
-    last term that is strictly greater than the running maximum."""
-    vals = [np.asarray(t, dtype=float) for t in terms]
-    if all(v.ndim == 0 for v in vals):
-        fl = [float(v) for v in vals]
-        if not all(x >= 0.0 and math.copysign(1.0, x) > 0 for x in fl):
-            return None
+    that broadcasts to the max's. None (the caller takes the reference path) when the running
+    maximum holds a NaN, a negative number or -0.0 where it matters. For such terms the first
+    maximum is the last term that is strictly greater than the running maximum, and a +0.0 term
+    can be skipped (it is never above a running maximum >= +0.0, and max(m, +0.0) = m)."""
+    if not any(t.ndim for t in terms):
+        fl = [float(t) for t in terms]
+        for x in fl:
+            if not x > 0.0 and (x != 0.0 or math.copysign(1.0, x) < 0.0):
+                return None           # NaN, negative or -0.0: the reference path
         m = max(fl)
         return np.float64(m), np.intp(fl.index(m))
-    m, idx = vals[0], None
-    if not _nonneg(m):
-        return None
-    for i, t in enumerate(vals[1:], start=1):
-        if t.ndim == 0:
-            x = float(t)
-            if not (x >= 0.0 and math.copysign(1.0, x) > 0):
-                return None
-            if x == 0.0:             # never above a non-negative running max; max(m, 0) = m
-                continue
-        elif not _nonneg(t):
-            return None
+    m, idx, checked = terms[0], None, None
+    m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
+    for i in range(1, len(terms)):
+        t = terms[i]
+        if t.ndim == 0 and float(t) == 0.0 and math.copysign(1.0, float(t)) > 0.0:
+            if checked is not m:
+                if not _nonneg(m):
+                    return None
+                checked = m
+            continue
         gt = t > m
-        if gt.ndim == 0 or gt.any():
-            m = np.maximum(m, t)
-            step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
-            idx = step if idx is None else np.maximum(idx, step)
-        elif t.shape != m.shape and np.broadcast_shapes(t.shape, m.shape) != m.shape:
-            m = np.broadcast_to(m, np.broadcast_shapes(t.shape, m.shape))
+        if m_new and m.ndim and gt.shape == m.shape:
+            m = np.maximum(m, t, out=m)
+        else:
+            m, m_new = np.maximum(m, t), True
+        step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
+        idx = step if idx is None else np.maximum(idx, step)
+    if checked is not m and not _nonneg(m):
+        return None
     if idx is None:
         idx = np.zeros(np.shape(m), dtype=np.int8)
     return m, idx
@@ -142,17 +177,24 @@ def op_time(op, ex: Exec):
     return t, np.broadcast_to(idx, np.shape(t)).astype(np.intp)
 
 
-def _op_time(op, ex: Exec):
-    """op_time with the bound index possibly compact (int8, broadcasting to the time's shape)."""
+def op_terms(op, ex: Exec) -> tuple:
+    """The roofline terms of one operator instance, in bound order (compute, memory, l2,
+    interconnect): seconds at each resource's achievable rate. (``_pass_cost_scalar`` repeats these
+    formulas on Python floats: keep the two in step.)"""
     peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
-    terms = (np.asarray(op.flops, dtype=float) / peak,
-             np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
-             np.asarray(op.l2_bytes, dtype=float) / ex.hw.l2_bandwidth_bytes_per_s,
-             np.asarray(op.comm_s, dtype=float))
-    fast = _max_argmax(terms)
+    return (np.asarray(op.flops, dtype=float) / peak,
+            np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
+            (np.asarray(op.hbm_bytes, dtype=float) + op.l2_bytes) / ex.hw.l2_bandwidth_bytes_per_s,
+            np.asarray(op.comm_s, dtype=float))
+
+
+def _op_time(op, ex: Exec):
+    """op_time with the bound index possibly compact (int8, broadcasting to the time's shape);
+    an array time is a new array (callers may write into it)."""
+    fast = _max_argmax(op_terms(op, ex), first_is_new=True)
     if fast is not None:
         return fast
-    stack = np.stack(np.broadcast_arrays(*terms))
+    stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten
     return stack.max(axis=0), stack.argmax(axis=0)
 
 
@@ -164,37 +206,45 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     in place once they are this function's own arrays, and a bound's accumulator skips an operator
     that contributes +0.0 everywhere (adding +0.0 to a sum that started at +0.0 changes nothing)."""
     ops = layer_ops(shape, ex)
+    fast = _pass_cost_scalar(shape, ex, ops)
+    if fast is not None:
+        return fast
     names = ("compute", "memory", "l2", "interconnect")
     record = _RECORD_OPS.get()
     acc = [None, None, None, None]          # None: still the initial 0.0
     own = [False, False, False, False]
-    flops = hbm = 0.0
-    f_own = h_own = False
+    work = []                               # (flops, hbm_bytes, count) per operator, summed on demand
     rows = []
     for op in ops:
         t, idx = _op_time(op, ex)
         cnt = op.count
-        tc = t * cnt
+        # t is _op_time's own new array: scale it in place
+        tc = np.multiply(t, cnt, out=t) if type(t) is np.ndarray and t.ndim else t * cnt
         if np.ndim(idx) == 0:
             lo = hi = int(idx)
         else:
             lo, hi = int(idx.min()), int(idx.max())
         for i in range(lo, hi + 1):
             if lo == hi:
-                c = tc
-            else:
-                mask = idx == i
-                if not mask.any():
-                    continue
-                c = np.where(mask, tc, 0.0)
-            acc[i], own[i] = _add(acc[i], own[i], c)
+                acc[i], own[i] = _add(acc[i], own[i], tc)
+                continue
+            mask = idx == i
+            if not mask.any():
+                continue
+            # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
+            a = acc[i]
+            shp = np.broadcast_shapes(np.shape(tc), mask.shape, () if a is None else np.shape(a))
+            if a is None:
+                a = np.zeros(shp)
+            elif not own[i] or type(a) is not np.ndarray or a.shape != shp:
+                a = np.array(np.broadcast_to(a, shp), dtype=float)
+            acc[i], own[i] = np.add(a, tc, out=a, where=mask), True
         f = np.asarray(op.flops, dtype=float)
         h = np.asarray(op.hbm_bytes, dtype=float)
-        flops, f_own = _add(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
-        hbm, h_own = _add(hbm, h_own, (h + 0.0) * cnt) if h_own else (hbm + (h + 0.0) * cnt, True)
+        work.append((f, h, cnt))
         if record:
             rows.append((op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
-                         _OP_BOUND_NAMES[np.broadcast_to(idx, np.shape(t))]))
+                         _OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))]))
     kernels = kernel_count(shape, ex)
     gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
     device_s = 0
@@ -213,27 +263,87 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     launch = launch + wait
     time, _ = _add(device_s, d_own, wait)
     shp = np.shape(time)
-    by = {b: np.broadcast_to(np.asarray(0.0 if a is None else a, dtype=float), shp) for b, a in zip(names, acc)}
-    by["launch"] = np.broadcast_to(np.asarray(launch, dtype=float), shp)
+    by = {b: _bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
+    by["launch"] = _bcast(launch, shp)
     by = {b: by[b] for b in BOUNDS}
-    return Cost(np.asarray(time, dtype=float), _times(flops, f_own, ex.tp, shp), _times(hbm, h_own, ex.tp, shp),
-                by, rows)
+    return _DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.tp, shp))
+
+
+def _work_totals(work, tp, shp):
+    """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times tp."""
+    flops = hbm = 0.0
+    f_own = h_own = False
+    for f, h, cnt in work:
+        flops, f_own = _add(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
+        # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
+        # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
+        hbm, h_own = _add(hbm, h_own, h * cnt) if h_own else (hbm + h * cnt, True)
+    return _times(flops, f_own, tp, shp), _times(hbm, h_own, tp, shp)
+
+
+def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
+    """pass_cost of a single configuration in Python floats (IEEE doubles, the same operations in
+    the same order as on numpy scalars, without numpy's per-call overhead). None when an operand
+    is an array, a divisor is 0 or a time is NaN, negative or -0.0 (the array path handles those)."""
+    peak_m, peak_v, bw, l2bw = ex.matrix_flops_per_s, ex.vector_flops_per_s, ex.hbm_bytes_per_s, \
+        ex.hw.l2_bandwidth_bytes_per_s
+    if np.ndim(peak_m) or np.ndim(peak_v) or np.ndim(bw) or np.ndim(l2bw) or not (peak_m and peak_v and bw and l2bw):
+        return None         # array-valued rates (e.g. runtime efficiencies swept by calibrate.py): array path
+    record = _RECORD_OPS.get()
+    acc = [0.0, 0.0, 0.0, 0.0]
+    flops = hbm = 0.0
+    rows = []
+    copysign = math.copysign
+    for op in ops:
+        fl, hb, l2, cm = op.flops, op.hbm_bytes, op.l2_bytes, op.comm_s
+        if getattr(fl, "ndim", 0) or getattr(hb, "ndim", 0) or getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
+            return None
+        f, h = float(fl), float(hb)
+        terms = (f / (peak_v if op.kind == "vector" else peak_m), h / bw, (h + float(l2)) / l2bw, float(cm))
+        for x in terms:
+            if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
+                return None
+        t = max(terms)
+        i = terms.index(t)
+        cnt = op.count
+        tc = t * cnt
+        acc[i] = acc[i] + tc                # the other bounds add +0.0: no change
+        flops = flops + f * cnt
+        hbm = hbm + (h + 0.0) * cnt
+        if record:
+            rows.append((op.name, np.float64(f * cnt * ex.tp), np.float64(h * cnt * ex.tp), np.float64(tc),
+                         _OP_BOUND_NAMES[i]))
+    kernels = kernel_count(shape, ex)
+    if getattr(kernels, "ndim", 0):
+        return None
+    k = float(kernels)
+    gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
+    device_s = 0 + acc[0] + acc[1] + acc[2] + acc[3] + k * gap
+    host_s = k * ex.rt.host_per_kernel_s
+    launch = 0.0 + k * gap
+    wait = float(np.maximum(host_s - device_s, 0.0))
+    launch = launch + wait
+    time = device_s + wait
+    by = {"compute": np.asarray(acc[0]), "memory": np.asarray(acc[1]), "l2": np.asarray(acc[2]),
+          "interconnect": np.asarray(acc[3]), "launch": np.asarray(launch)}
+    return Cost(np.asarray(time), np.asarray(flops * ex.tp), np.asarray(hbm * ex.tp), by, rows)
 
 
 def _add(acc, owned: bool, x):
     """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
     if acc is None:
         return 0.0 + x, True
-    if owned and isinstance(acc, np.ndarray) and acc.ndim and np.ndim(x) <= acc.ndim and \
-            np.broadcast_shapes(acc.shape, np.shape(x)) == acc.shape:
-        return np.add(acc, x, out=acc), True
+    if owned and type(acc) is np.ndarray and acc.ndim:
+        xs, sh = np.shape(x), acc.shape
+        if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
+            return np.add(acc, x, out=acc), True
     return acc + x, True
 
 
 def _times(a, owned: bool, k, shp):
     """np.broadcast_to(a * k, shp).astype(float), without copies when ``a`` is already ours."""
     a = a * k if k != 1 else a
-    if owned and isinstance(a, np.ndarray) and a.shape == shp and a.dtype == np.float64:
+    if owned and np.shape(a) == shp and isinstance(a, (np.ndarray, np.float64)) and a.dtype == np.float64:
         return a
     return np.broadcast_to(a, shp).astype(float)
 

@@ -38,7 +38,8 @@ def parse_runtime(data, src: str) -> Runtime:
     vals, sources = {}, []
     for k in NUMERIC:
         s = f.sub(k)
-        vals[k] = s.num("value", min_value=0, max_value=1.5 if "efficiency" in k else None)
+        vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0,   # 0 would divide by zero
+                        max_value=1.5 if "efficiency" in k else None)
         sources.append((k, s.text("source")))
     chunk = f.sub("prefill_chunk_tokens", required=False)
     if chunk is not None:

@@ -30,9 +30,7 @@ def load_scenario(path) -> dict:
     data = load_yaml(path)
     src = str(path)
     f = Fields(data, src)
-    unknown = sorted(set(data) - set(SCENARIO_KEYS))
-    if unknown:
-        raise InputError("unknown field", source=src, field=unknown[0], allowed=", ".join(SCENARIO_KEYS))
+    f.check_keys(SCENARIO_KEYS)
     f.sub("base")
     if not f.items("strategies"):
         raise InputError("needs at least one entry", source=src, field="strategies")
@@ -66,7 +64,8 @@ def run_scenario(path) -> dict:
     data = load_scenario(path)
     src = str(path)
     base = dict(data["base"])
-    hws = [_entry(h, src, "hardware", "hardware") for h in (data.get("hardware") or [{}])]
+    hws = [_entry(h, src, "hardware", "hardware") for h in (Fields(data, src).items("hardware", required=False)
+                                                            or [{}])]
     results = []
     for i, h in enumerate(hws):
         for j, s in enumerate(data["strategies"]):

@@ -24,9 +24,9 @@ class _Loader(yaml.SafeLoader):
     def construct_object(self, node, deep=False):
         try:
             return super().construct_object(node, deep=deep)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             raise
-        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the safe constructors' ValueError/IndexError/... on odd scalars
             value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot read value {value!r} ({node.tag.rsplit(':', 1)[-1]}): {exc}",
@@ -63,9 +63,9 @@ def parse_yaml(text: str, source: str = "YAML") -> object:
     except yaml.constructor.ConstructorError as exc:
         problem = str(exc.problem or "")
         if "could not determine a constructor" in problem:
-            tag = problem.split("tag", 1)[-1].strip(" '")
-            raise InputError(f"unsupported YAML tag {tag!r} {_where(exc, ',')}only plain YAML (mappings, lists, "
-                             "numbers, text) is read; tags that build Python objects are refused, never run",
+            tag = problem.split("tag", 1)[-1].strip(" '").replace("tag:yaml.org,2002:", "!!")
+            raise InputError(f"{_where(exc)}unsupported YAML tag {tag}: only plain YAML (mappings, lists, "
+                             "numbers, text) is read; tags that would build Python objects are refused, never run",
                              source=source) from None
         raise InputError(f"malformed YAML: {_where(exc)}{problem}", source=source) from None
     except yaml.YAMLError as exc:
@@ -75,9 +75,9 @@ def parse_yaml(text: str, source: str = "YAML") -> object:
         raise InputError("malformed YAML: nested too deeply", source=source) from None
 
 
-def _where(exc, sep=":") -> str:
+def _where(exc) -> str:
     mark = getattr(exc, "problem_mark", None)
-    return f"line {mark.line + 1}, column {mark.column + 1}{sep} " if mark else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
 
 
 def load_yaml(path) -> object:
@@ -168,29 +168,33 @@ def zoo_ids(kind: str) -> list[str]:
 
 def resolve(kind: str, id_or_path, field: str) -> Path:
     """Zoo id (case-insensitive) or a path to a file -> Path; unknown ids list close matches."""
-    ids = zoo_ids(kind)
+    def allowed():
+        return ", ".join(zoo_ids(kind)) + ", or a path to a YAML file"
+
     if not isinstance(id_or_path, (str, Path)):
-        raise InputError(f"must be a zoo id or a path, got {type(id_or_path).__name__} {id_or_path!r}",
-                         field=field, allowed=", ".join(ids) + ", or a path to a YAML file")
+        raise InputError(f"must be a zoo id or a path, got {type(id_or_path).__name__} {_short(id_or_path)}",
+                         field=field, allowed=allowed())
     s = str(id_or_path).strip()
     if not s:
-        raise InputError("empty value", field=field, allowed=", ".join(ids) + ", or a path to a YAML file")
+        raise InputError("empty value", field=field, allowed=allowed())
     if "\0" in s:
-        raise InputError(f"not a valid id or path: {s!r}", field=field)
+        raise InputError(f"not a valid id or path: {_short(s)}", field=field, allowed=allowed())
     p = Path(s)
-    looks_like_path = os.sep in s or "/" in s or s.endswith((".yaml", ".yml", ".json"))
-    if looks_like_path:
+    if os.sep in s or "/" in s or s.endswith((".yaml", ".yml", ".json")):
         if p.is_file():
             return p
-        hint = ""
-        if p.stem.lower() in ids:
-            hint = f" (the bundled '{p.stem.lower()}' is written without a path: {field}={p.stem.lower()})"
+        stem = p.stem.lower()
+        hint = (f" (the bundled '{stem}' is written without a path: {field}={stem})"
+                if stem in zoo_ids(kind) else "")
         raise InputError(("not a file" if p.exists() else "file not found") + hint, source=s, field=field)
     cand = zoo_dir(kind) / f"{s.lower()}.yaml"
-    if s.lower() in ids and cand.is_file():
+    if cand.is_file():
         return cand
-    raise InputError(f"unknown id '{s}'{suggest(s.lower(), ids)}", field=field,
-                     allowed=", ".join(ids) + ", or a path to a YAML file")
+    ids = zoo_ids(kind)
+    raise InputError(f"unknown id {_short(s)}{suggest(s.lower(), ids)}", field=field, allowed=allowed())
+
+
+MAX_SPEC_INT = 2 ** 53
 
 
 class Fields:
@@ -202,6 +206,14 @@ class Fields:
             raise InputError(f"expected a mapping of field: value, got {what}", source=source,
                              field=prefix or None)
         self.data, self.source, self.prefix = data, source, prefix
+
+    def check_keys(self, allowed) -> None:
+        """Refuse a key not in ``allowed`` (keys of any type), suggesting the closest allowed one."""
+        allowed = tuple(allowed)
+        unknown = sorted({str(k) for k in self.data} - set(allowed))
+        if unknown:
+            raise InputError(f"unknown field{suggest(unknown[0], allowed)}", source=self.source,
+                             field=self._name(unknown[0]), allowed=", ".join(allowed))
 
     def _name(self, key):
         return f"{self.prefix}.{key}" if self.prefix else key
@@ -238,6 +250,8 @@ class Fields:
             raise InputError(f"must be a finite number, got {_short(v)}", source=self.source, field=self._name(key))
         if integer and int(v) != v:
             raise InputError(f"must be an integer, got {v!r}", source=self.source, field=self._name(key))
+        if integer and abs(v) > MAX_SPEC_INT:   # beyond this, products of dimensions overflow a float
+            raise InputError(f"must be <= {MAX_SPEC_INT}, got {_short(v)}", source=self.source, field=self._name(key))
         if min_value is not None and v < min_value:
             raise InputError(f"must be >= {min_value}, got {v!r}", source=self.source, field=self._name(key))
         if max_value is not None and v > max_value:

@@ -111,17 +111,22 @@ def full_tree(width: int, depth: int) -> Tree:
     return Tree(tuple(parents))
 
 
-@functools.lru_cache(maxsize=512)
-def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = None) -> Tree:
-    """Sequoia's DP: the tree of ``n_nodes`` draft nodes maximising expected tokens (module docstring)."""
+@functools.lru_cache(maxsize=64)
+def _sequoia_table(n_max: int, rank_acceptance: tuple, max_depth: int):
+    """Sequoia's DP for every size up to ``n_max`` draft nodes and every depth bound up to
+    ``max_depth``: returns (g, choice) with g[d, n] the best expected tokens of a subtree of n nodes
+    (root included) and depth <= d, and choice the argmax subtree sizes for reconstruction."""
     p = np.asarray(rank_acceptance, dtype=float)
-    k, N = len(p), n_nodes + 1                      # N = nodes including the root
-    D = min(n_nodes, max_depth or 32)
+    k, N = len(p), n_max + 1                        # N = nodes including the root
+    D = max_depth
     NEG = -1e18
     g = np.full((D + 1, N + 1), NEG)               # g[d, n] for n nodes (root incl.), depth <= d
     g[:, 1] = 1.0
     g[:, 0] = 0.0
-    choice = {}                                     # (d, i, m) -> subtree size of rank i
+    choice = {}                                     # (d, i) -> subtree size of rank i, per m
+    m_idx = np.arange(N)[:, None]
+    a_idx = np.arange(N)[None, :]
+    valid = (a_idx >= 1) & (a_idx <= m_idx)
     for d in range(1, D + 1):
         h_prev = np.full(N, NEG)
         h_prev[0] = 0.0                             # h_0(m): 0 nodes with no ranks
@@ -130,10 +135,7 @@ def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = N
         best_i = np.zeros(N, dtype=int)
         sub = g[d - 1, :N]                          # value of a child subtree with a nodes
         for i in range(k):
-            # h_i(m) = max_{1<=a<=m} h_{i-1}(m−a) + p_i·g[d−1, a]
-            m_idx = np.arange(N)[:, None]
-            a_idx = np.arange(N)[None, :]
-            valid = (a_idx >= 1) & (a_idx <= m_idx)
+            # h_i(m) = max_{1<=a<=m} h_{i-1}(m−a) + p_i·g[d−1, a]  (ranks 1..i all present)
             cand = np.where(valid, h_prev[np.clip(m_idx - a_idx, 0, N - 1)] + p[i] * sub[a_idx], NEG)
             arg = cand.argmax(axis=1)
             h = cand[np.arange(N), arg]
@@ -145,7 +147,10 @@ def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = N
             h_prev = h
         g[d, 1:] = 1.0 + best[:N]
         choice[(d, "k")] = best_i
+    return g, choice
 
+
+def _reconstruct(choice, n_nodes: int, depth: int) -> "Tree":
     parents: list = []
 
     def build(root: int, n: int, d: int):
@@ -166,9 +171,34 @@ def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = N
         for kid, a in zip(kids, sizes):
             build(kid, a, d - 1)
 
-    build(0, N, D)
+    build(0, n_nodes + 1, depth)
     # renumber breadth-first so that parents precede children and siblings are in rank order
     return _bfs(parents)
+
+
+@functools.lru_cache(maxsize=512)
+def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = None) -> Tree:
+    """Sequoia's DP: the tree of ``n_nodes`` draft nodes maximising expected tokens (module docstring),
+    depth <= ``max_depth`` (<= 32 when not given)."""
+    D = min(n_nodes, max_depth or 32)
+    _, choice = _sequoia_table(n_nodes, tuple(rank_acceptance), D)
+    return _reconstruct(choice, n_nodes, D)
+
+
+def candidate_trees(budget: int, rank_acceptance: tuple, max_depth: int | None = None) -> list:
+    """Every distinct tree that is optimal for some (size n <= budget, depth bound d): the search
+    space of Sequoia's hardware-aware optimiser, which trades tokens per step against draft passes
+    (one per level) and verification tokens. One DP table serves all (n, d)."""
+    D = min(budget, max_depth or 16)
+    _, choice = _sequoia_table(budget, tuple(rank_acceptance), D)
+    seen, out = set(), []
+    for n in range(1, budget + 1):
+        for d in range(1, min(n, D) + 1):
+            t = _reconstruct(choice, n, d)
+            if t.parents not in seen:
+                seen.add(t.parents)
+                out.append(t)
+    return out
 
 
 def _bfs(parents: list) -> Tree:

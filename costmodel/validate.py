@@ -249,3 +249,14 @@ def validate(rows=None, *, runtimes: dict | None = None) -> dict:
     ms = load_measurements(rows)
     results = [row_result(m, predict(m, runtimes)) for m in ms]
     return {"rows": results, "summary": dict(summarize(results), mode="in_sample_or_user_data")}
+
+
+class _CallableModule(__import__("types").ModuleType):
+    """``costmodel.validate`` is both this module and the function (DESIGN §6: ``costmodel.validate(rows)``):
+    once the submodule is imported, the package attribute is the module, so the module is made callable."""
+
+    def __call__(self, rows=None, **kw):
+        return validate(rows, **kw)
+
+
+__import__("sys").modules[__name__].__class__ = _CallableModule

@@ -11,9 +11,7 @@ import dataclasses
 import math
 import os
 
-import numpy as np
-import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from costmodel import evaluate, load_hardware, load_model
 from costmodel.evaluate import OUTPUT_KEYS

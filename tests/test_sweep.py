@@ -236,3 +236,95 @@ def test_dask_missing_gives_install_hint(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake)
     with pytest.raises(InputError, match="pip install"):
         sweep(SPEC, engine="dask", batch_size=[1, 2], prompt_len=[16])
+
+
+# ------------------------------------------------------------------- the roofline's fast paths
+
+def _ref_op_time(op, ex):
+    """op_time as first written: the stacked terms' max and argmax."""
+    from costmodel.roofline import op_terms
+    stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))
+    return stack.max(axis=0), stack.argmax(axis=0)
+
+
+def _bits_equal(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "OUS" or b.dtype.kind in "OUS":
+        return a.shape == b.shape and bool(np.all(a == b))
+    a, b = np.ascontiguousarray(a, dtype=float), np.ascontiguousarray(b, dtype=float)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+@pytest.mark.parametrize("setup", [
+    dict(model="llama-2-7b", hardware="a100-80gb"),
+    dict(model="llama-2-70b", hardware="h100-sxm", n_devices=4),
+    dict(model="mixtral-8x7b", hardware="l40s", runtime="eager", n_devices=2),
+])
+def test_pass_cost_is_bit_identical_to_the_reference(setup):
+    """roofline.pass_cost (in-place accumulation, skipped +0.0 terms, scalar fast path) against the
+    formulas as first written, on scalars and broadcast arrays, with zeros, infinities and NaNs."""
+    from costmodel.evaluate import build_exec
+    from costmodel.ops import PassShape, layer_ops
+    from costmodel.record import parse_record
+    from costmodel.roofline import Cost, _pass_cost_reference, op_time, pass_cost
+    ex = build_exec(parse_record(dict(setup, batch_size=1, prompt_len=1)))
+    rng = np.random.default_rng(7)
+    B = np.array([1.0, 3.0, 64.0, 700.0]).reshape(-1, 1)
+    P = np.array([0.0, 1.0, 200.0, 5000.0, 70000.0]).reshape(1, -1)
+    shapes = [PassShape(tokens=8.0, pairs=8.0 * 300, kv_hbm_tokens=8.0 * 300),
+              PassShape(tokens=B * 5, pairs=B * (5 * P + 15), kv_hbm_tokens=B * P, lm_tokens=B * 5),
+              PassShape(tokens=B * P, pairs=B * P * (P + 1) / 2, kv_hbm_tokens=B * P, lm_tokens=B,
+                        kv_l2_tokens=B * P / 3, attn_kernels=2.0),
+              PassShape(tokens=np.array([0.0, 1.0, np.inf]), pairs=np.array([0.0, 5.0, 1e30]),
+                        kv_hbm_tokens=np.array([0.0, 2.0, 3.0])),
+              PassShape(tokens=np.array([1.0, np.nan, 4.0]), pairs=np.array([1.0, 2.0, -3.0]),
+                        kv_hbm_tokens=np.array([-0.0, 2.0, 3.0])),
+              PassShape(tokens=rng.uniform(1, 1e5, (6, 7)), pairs=rng.uniform(0, 1e9, (6, 7)),
+                        kv_hbm_tokens=rng.uniform(0, 1e6, (1, 7)))]
+    with np.errstate(all="ignore"):
+        for sh in shapes:
+            got, want = pass_cost(sh, ex), _pass_cost_reference(sh, ex, layer_ops(sh, ex))
+            for f in ("time_s", "flops", "hbm_bytes"):
+                assert _bits_equal(getattr(got, f), getattr(want, f)), f
+            assert list(got.by_bound) == list(want.by_bound)
+            for b in want.by_bound:
+                assert _bits_equal(got.by_bound[b], want.by_bound[b]), b
+            assert len(got.ops) == len(want.ops)
+            for r1, r2 in zip(got.ops, want.ops):
+                assert r1[0] == r2[0] and all(_bits_equal(x, y) for x, y in zip(r1[1:], r2[1:])), r1[0]
+            stack = np.stack([np.broadcast_to(want.by_bound[b], np.shape(want.time_s)) for b in want.by_bound])
+            assert _bits_equal(got.bound(), np.asarray(list(want.by_bound), dtype=object)[np.argmax(stack, 0)])
+            for op in layer_ops(sh, ex):
+                t1, i1 = op_time(op, ex)
+                t2, i2 = _ref_op_time(op, ex)
+                assert _bits_equal(t1, t2) and np.array_equal(i1, i2), op.name
+            assert isinstance(got, Cost)
+
+
+def test_grid_is_refused_exactly_when_a_row_is_invalid():
+    """The vectorised checks agree with parse_record row by row (random small grids)."""
+    import itertools
+    from costmodel.record import parse_record
+    rng = random.Random(11)
+    bases = [dict(SPEC, acceptance_rate=None), dict(model="llama-2-13b", hardware="a100-80gb",
+                                                   strategy="shared_prefix", n_branches=4)]
+    pools = dict(prompt_len=[1, 64, 300], shared_prefix_len=[0, 50, 200, 400], gamma=[1, 2, 5],
+                 mean_accepted_tokens=[0.5, 1.0, 2.0, 3.5, 6.5], acceptance_rate=[0.0, 0.5, 0.8, 0.99, 1.0])
+    for trial in range(30):
+        base = dict(rng.choice(bases), batch_size=2, prompt_len=256)
+        names = rng.sample(sorted(pools), rng.randint(1, 3))
+        axes = {n: rng.sample(pools[n], rng.randint(1, 3)) for n in names}
+        if "mean_accepted_tokens" not in axes and "acceptance_rate" not in axes and base["strategy"] == "speculative":
+            base["acceptance_rate"] = 0.6
+        bad_row = None
+        for combo in itertools.product(*axes.values()):
+            try:
+                parse_record(dict(base, **dict(zip(axes, combo))))
+            except InputError:
+                bad_row = combo
+                break
+        if bad_row is None:
+            assert len(sweep(base, **axes)) == int(np.prod([len(v) for v in axes.values()]))
+        else:
+            with pytest.raises(InputError):
+                sweep(base, **axes)

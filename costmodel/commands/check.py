@@ -34,6 +34,9 @@ def cmd_check(args):
     from ..claims import check
     from ..cli import emit
     res = check(args.claims, band=args.band)
+    if args.markdown:
+        print(markdown_table(res))
+        return
     if args.format == "json":
         emit(args, res)
         return
@@ -53,6 +56,27 @@ def cmd_check(args):
           + f"  (error band: {res['band']['source']}, overall p90 ±{res['band']['overall_p90_abs_rel_error']:.0%})")
 
 
+def _cell(x: str) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(res: dict, reason_chars: int = 220) -> str:
+    """The verdict table as Markdown (for the README / docs): claim, claimed, predicted, verdict, why."""
+    lines = ["| claim | the article says | claimed | model | verdict | why |", "|---|---|---|---|---|---|"]
+    for c in res["claims"]:
+        m = None if c.get("compare") == "ratio" else c.get("metric")
+        text = c.get("text", "")
+        text = text if len(text) <= 110 else text[:109] + "…"
+        why = c["reason"] if len(c["reason"]) <= reason_chars else c["reason"][: reason_chars - 1] + "…"
+        lines.append(f"| `{c['id']}` | {_cell(text)} | {_cell(_short(c['claimed'], m, 60))} | "
+                     f"{_cell(_short(c['predicted'], m, 60))} | **{c['verdict']}** | {_cell(why)} |")
+    counts = ", ".join(f"{v} {k}" for k, v in res["summary"].items())
+    lines.append("")
+    lines.append(f"{len(res['claims'])} claims: {counts}. Error band: overall p90 ±"
+                 f"{res['band']['overall_p90_abs_rel_error']:.0%} (held-out validation).")
+    return "\n".join(lines)
+
+
 def register(sub, common):
     p = sub.add_parser("check", parents=[common], help="check claims against the model: costmodel check CLAIMS.yaml",
                        description="Verdict per claim: consistent, optimistic, pessimistic, impossible, "
@@ -61,4 +85,5 @@ def register(sub, common):
     p.add_argument("--band", metavar="FILE", default=None,
                    help="validation error band YAML (default: validation/error_band.yaml, written by "
                         "`costmodel validate --report`)")
+    p.add_argument("--markdown", action="store_true", help="print the verdict table as Markdown")
     p.set_defaults(func=cmd_check)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import sys
 import time
 
-DESCRIPTION = __doc__
-
 
 def register(subparsers, common):
     p = subparsers.add_parser(
         "sweep", parents=[common], help="evaluate a grid: costmodel sweep KEY=VALUE ... AXIS=V1,V2 "
-        "AXIS=START:STOP:STEP --output FILE.csv|.parquet", description=DESCRIPTION.split("\n\n")[0])
+        "AXIS=START:STOP:STEP --output FILE.csv|.parquet",
+        description="Evaluate the Cartesian grid of the axes (every row equals 'costmodel eval' of it).",
+        epilog="A word is an axis when its value lists several values (batch_size=1,8,64), is a range "
+               "(prompt_len=16:16000:16, STOP included; batch_size=1:1024:*2 geometric) or, for rank_acceptance "
+               "and tree_parents, alternatives separated by | ; every other word is a fixed field. A progress "
+               "bar is drawn on stderr only when it is a terminal. See docs/sweep.md.")
     p.add_argument("fields", nargs="+", metavar="KEY=VALUE")
     p.add_argument("--output", "-o", metavar="FILE",
                    help="write the rows to FILE.csv or FILE.parquet (with --engine dask: a .csv is "
@@ -28,6 +31,8 @@ def register(subparsers, common):
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
     p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per evaluation call / Dask task")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="threads evaluating chunks in this process (default: the CPU count, at most 8)")
     p.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     p.set_defaults(func=cmd_sweep)
 
@@ -80,21 +85,24 @@ class _Progress:
 def cmd_sweep(args):
     from .. import format as fmt
     from ..cli import parse_kv
-    from ..sweep import DEFAULT_CHUNK_ROWS, grid_size, sweep
+    from ..sweep import grid_size, sweep
 
     base, axes = split_words(parse_kv(args.fields))
     total = grid_size(**axes)
     show = not args.no_progress and sys.stderr.isatty()
-    chunk = args.chunk_rows
-    if show and chunk is None:               # a few dozen updates on big grids
-        chunk = max(1 << 16, min(DEFAULT_CHUNK_ROWS, total // 40 or 1))
     bar = _Progress(total) if show else None
+    local = args.engine == "numpy"
     try:
-        res = sweep(base, engine=args.engine, scheduler=args.scheduler, chunk_rows=chunk, output=args.output,
-                    progress=bar, **axes)
+        res = sweep(base, engine=args.engine, scheduler=args.scheduler, chunk_rows=args.chunk_rows,
+                    workers=args.workers, output=None if local else args.output, progress=bar, **axes)
     finally:
         if bar is not None:
             bar.close()
+    if args.output and local:
+        from ..sweep import write_frame
+        if show:
+            print(f"writing {args.output} …", file=sys.stderr, flush=True)
+        write_frame(res, args.output)
     if args.output:
         ncols = "" if isinstance(res, str) else f" × {len(res.columns)} columns"
         print(f"wrote {total:,} rows{ncols} to {args.output}")

@@ -9,13 +9,21 @@ from .common import Ctx, Outcome, decode_shape, per_layer_scores_prefill, prefil
     with_step_overhead
 
 
+def ar_step(ctx: Ctx, B=None, P=None):
+    """The decoding step's Cost alone (evaluate's baseline for speedup_vs_ar needs nothing else)."""
+    B = ctx.B if B is None else np.asarray(B, dtype=float)
+    P = ctx.P if P is None else np.asarray(P, dtype=float)
+    L = P + ctx.G / 2.0
+    return with_step_overhead(pass_cost(decode_shape(B, 1.0, L), ctx.ex), ctx.ex)
+
+
 def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     """Step = one pass of B sequences × 1 token over the mean context L = P + G/2."""
     ex = ctx.ex
     B = ctx.B if B is None else np.asarray(B, dtype=float)
     P = ctx.P if P is None else np.asarray(P, dtype=float)
     L = P + ctx.G / 2.0
-    step = with_step_overhead(pass_cost(decode_shape(B, 1.0, L), ex), ex)
+    step = ar_step(ctx, B, P)
     mem = target_memory(ex, B * (P + ctx.G), [(B * np.maximum(P, 1), B, per_layer_scores_prefill(ctx, B, P)),
                                              (B, B, B * (L + 1))])
     return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B * np.ones_like(step.time_s),

@@ -26,7 +26,7 @@ from ..errors import InputError
 from ..model import Model
 from ..ops import Exec, Op, PassShape
 from ..roofline import Cost, pass_cost
-from ..tree import Tree, full_tree, optimal_tree, validate_parents
+from ..tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
 from .common import Ctx, Outcome, per_layer_scores_prefill, prefill_cost, target_memory, with_step_overhead
 from .speculative import draft_memory, _draft_prefill, link_transfer, combine
 
@@ -168,8 +168,9 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
 
 
 def tree(ctx: Ctx, draft) -> Outcome:
-    """Tree strategy; ``tree_shape=optimal_for_hardware`` searches sizes 1..tree_nodes for the best
-    tokens per second (Sequoia's hardware-aware optimiser)."""
+    """Tree strategy; ``tree_shape=optimal_for_hardware`` searches every tree that is optimal for some
+    size <= tree_nodes and depth bound (<= tree_depth, else 16) for the best tokens per second on the
+    hardware (Sequoia's hardware-aware optimiser: size and depth together)."""
     r = ctx.rec
     if r.tree_shape == "optimal_for_hardware":
         if r.tree_nodes is None:
@@ -178,8 +179,8 @@ def tree(ctx: Ctx, draft) -> Outcome:
             raise InputError("optimal_for_hardware trees are searched per configuration; sweep them one "
                              "row at a time", field="tree_shape")
         best, best_rate = None, -1.0
-        for n in range(1, r.tree_nodes + 1):
-            out = tree_outcome(ctx, draft, build_tree(ctx, n))
+        for tr in candidate_trees(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), r.tree_depth):
+            out = tree_outcome(ctx, draft, tr)
             rate = float(np.ravel(out.tokens_per_step / out.step.time_s)[0])
             if rate > best_rate:
                 best, best_rate = out, rate

@@ -1,0 +1,219 @@
+"""costmodel validate: the validation data, the command, the calibration and its held-out guard.
+
+The held-out run (leave-one-source-out refits) takes a few seconds and is shared by the tests below.
+"""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import costmodel
+from costmodel import calibrate
+from costmodel.cli import main
+from costmodel.errors import InputError
+from costmodel.validate import (VALIDATION_DIR, load_measurements, parse_measurement, summarize, validate)
+
+ROOT = Path(__file__).resolve().parent.parent
+CSV = VALIDATION_DIR / "measurements.csv"
+
+# Regression guard on the held-out (leave-one-source-out) errors, at what the model reaches today
+# (12.8 % / 37 % / 72 %, validation/REPORT.md). The issue's goals (10 % / 30 % / 80 %) are not met yet;
+# test_goals_of_issue_4 says so and turns into a failure (strict xfail) the day they are.
+GUARD = {"median_abs_rel_error": 0.14, "p90_abs_rel_error": 0.40, "within_25pct": 0.70}
+
+
+@pytest.fixture(scope="module")
+def measurements():
+    return load_measurements()
+
+
+@pytest.fixture(scope="module")
+def loso(measurements):
+    return calibrate.leave_one_source_out(measurements)
+
+
+def test_every_row_parses_and_evaluates(measurements):
+    with CSV.open(newline="", encoding="utf-8") as f:
+        raw = list(csv.DictReader(f))
+    assert len(measurements) == len(raw) >= 90
+    res = validate(measurements)
+    assert len(res["rows"]) == len(raw)
+    for r in res["rows"]:
+        if r["rel_error"] is None:
+            assert r["metric"] == "fits"
+        else:
+            assert r["predicted"] > 0 and abs(r["rel_error"]) < 10, r
+    for m in measurements:   # every row keeps its source and reliability
+        assert m.source and m.reliability, m.id
+
+
+def test_rows_map_metrics_to_output_keys(measurements):
+    keys = set(costmodel.OUTPUT_KEYS) | {"kv_bytes_per_token"}
+    assert {m.metric for m in measurements} <= keys
+    by_id = {m.id: m for m in measurements}
+    # ms -> s, GiB -> bytes
+    assert by_id["VP215"].metric == "time_per_output_token_s" and by_id["VP215"].value == pytest.approx(0.03389)
+    assert by_id["VP234"].value == pytest.approx(12.63 * 2 ** 30, rel=1e-3)
+    assert by_id["KV001"].value == 512 * 1024
+    # speedups use each paper's own baseline runtime
+    assert by_id["VP007"].runtime == "eager" and by_id["VP159"].runtime == "compiled"
+
+
+def test_json_output_shape(capsys):
+    assert main(["validate", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"rows", "summary"}
+    row = out["rows"][0]
+    assert set(row) >= {"id", "metric", "measured", "predicted", "rel_error"}
+    s = out["summary"]
+    assert set(s) >= {"n", "median_abs_rel_error", "p90_abs_rel_error", "within_25pct", "by_metric",
+                      "by_strategy", "by_hardware", "by_runtime"}
+
+
+def test_table_output_groups(capsys):
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    for word in ("metric: speedup_vs_ar", "strategy: tree", "hardware: a100-80gb", "runtime: eager"):
+        assert word in out
+
+
+def test_any_csv_with_record_columns(tmp_path, capsys):
+    p = tmp_path / "mine.csv"
+    p.write_text("id,model,hardware,batch_size,prompt_len,metric,value,source,framework\n"
+                 "a,llama-2-7b,a100-80gb,1,128,ms_per_token,10,me,gpt-fast\n"
+                 "b,llama-2-7b,a100-80gb,1,128,memory_gb,14,me,gpt-fast\n"
+                 "c,llama-2-7b,t4,1,128,oom_observed,1,me,hf\n")
+    res = costmodel.validate([p])
+    a, b, c = res["rows"]
+    assert a["metric"] == "time_per_output_token_s" and a["measured"] == pytest.approx(0.010)
+    assert b["metric"] == "peak_device_memory_bytes" and b["measured"] == pytest.approx(14 * 2 ** 30)
+    assert c["metric"] == "fits" and c["measured"] is False and "agree" in c
+    assert res["summary"]["n"] == 2 and res["summary"]["categorical"]["n"] == 1
+    assert main(["validate", str(p), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("id,metric,measured,predicted,rel_error")
+
+
+def test_bad_rows_are_input_errors(tmp_path, capsys):
+    p = tmp_path / "bad.csv"
+    p.write_text("id,model,hardware,batch_size,prompt_len,metric,value,sauce\n"
+                 "a,llama-2-7b,a100-80gb,1,128,tokens_per_s,10,x\n")
+    with pytest.raises(InputError, match=r"bad.csv:2.*sauce"):
+        load_measurements([p])
+    assert main(["validate", str(p)]) == 2
+    assert "bad.csv:2" in capsys.readouterr().err
+    with pytest.raises(InputError, match="unknown metric"):
+        parse_measurement({"model": "llama-2-7b", "hardware": "t4", "batch_size": 1, "prompt_len": 1,
+                           "metric": "tokens_per_fortnight", "value": 1})
+    with pytest.raises(InputError, match="must be a number"):
+        parse_measurement({"model": "llama-2-7b", "hardware": "t4", "batch_size": 1, "prompt_len": 1,
+                           "metric": "tokens_per_s", "value": "fast"})
+    assert main(["validate", str(tmp_path / "missing.csv")]) == 2
+
+
+def test_folds_never_see_their_own_rows(loso, measurements):
+    groups = {m.id: m.group for m in measurements}
+    for fold in loso["folds"]:
+        held = {i for i, g in groups.items() if g == fold["held_out"]}
+        for rt, fit in fold["refitted"].items():
+            assert not held & set(fit["rows"]), (fold["held_out"], rt)
+    assert {r["fold"] for r in loso["rows"]} == set(groups.values())
+
+
+def test_held_out_error_regression_guard(loso):
+    s = summarize(loso["rows"])
+    assert s["n"] >= 90
+    assert s["median_abs_rel_error"] <= GUARD["median_abs_rel_error"]
+    assert s["p90_abs_rel_error"] <= GUARD["p90_abs_rel_error"]
+    assert s["within_25pct"] >= GUARD["within_25pct"]
+
+
+@pytest.mark.xfail(strict=True, reason="goals not met yet: int4/int8 dequantisation cost, M-dependent GEMM "
+                   "efficiency, TP all-reduce latency and research-code per-step overheads are not modelled "
+                   "(validation/REPORT.md); tighten GUARD when this passes")
+def test_goals_of_issue_4(loso):
+    s = summarize(loso["rows"])
+    assert all(calibrate.goals_met(s).values()), s
+
+
+def test_runtime_yamls_carry_the_fit_with_provenance():
+    cal = yaml.safe_load((VALIDATION_DIR / "calibration.yaml").read_text())
+    for rt, entry in cal["fitted"].items():
+        data = yaml.safe_load((ROOT / "runtimes" / f"{rt}.yaml").read_text())
+        for name, value in entry["params"].items():
+            assert data[name]["value"] == pytest.approx(value, rel=1e-3, abs=1e-9), (rt, name)
+            assert data[name]["source"].startswith("fitted by costmodel validate --fit on validation/"), (rt, name)
+            assert re.search(r"\d{4}-\d\d-\d\d, \d+ rows", data[name]["source"])
+    for name in ("calibration.yaml", "REPORT.md", "error_band.yaml"):    # no absolute machine paths
+        assert not re.search(r"(^|[\s'\"(])/[A-Za-z]", (VALIDATION_DIR / name).read_text()), name
+
+
+def test_fit_reproduces_the_written_values(loso):
+    """The committed runtime values are the all-rows fit of the current model and data: rerun
+    `costmodel validate --fit --report` after changing either."""
+    cal = yaml.safe_load((VALIDATION_DIR / "calibration.yaml").read_text())
+    for rt, entry in cal["fitted"].items():
+        for name, value in entry["params"].items():
+            lo, hi, scale = calibrate.BOUNDS[name]
+            assert loso["full_fit"][rt]["params"][name] == pytest.approx(value, rel=0.05, abs=0.02 * scale), \
+                (rt, name)
+
+
+def test_error_band_file_shape():
+    band = yaml.safe_load((VALIDATION_DIR / "error_band.yaml").read_text())
+    assert set(band) == {"source", "overall", "by_metric"}
+    assert "held-out" in band["source"]
+    for s in [band["overall"], *band["by_metric"].values()]:
+        assert set(s) == {"n", "median_abs_rel_error", "p90_abs_rel_error"}
+        assert s["n"] > 0 and 0 <= s["median_abs_rel_error"] <= s["p90_abs_rel_error"] + 1e-12
+    assert {"speedup_vs_ar", "tokens_per_s_per_seq"} <= set(band["by_metric"])
+
+
+def test_report_files(loso, measurements, tmp_path):
+    written = calibrate.write_report(loso, measurements, tmp_path, files=["validation/measurements.csv"])
+    names = {Path(w).name for w in written}
+    assert names == {"REPORT.md", calibrate.PLOT_NAME, "error_band.yaml"}
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "Worst 10 rows" in text and "By strategy" in text and "By hardware" in text
+    worst = text.split("## Worst 10 rows")[1].split("##")[0]
+    assert worst.count("\n| VP") + worst.count("\n| KV") >= 10
+    assert (tmp_path / calibrate.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    band = yaml.safe_load((tmp_path / "error_band.yaml").read_text())
+    assert band["overall"]["n"] == summarize(loso["rows"])["n"]
+
+
+def test_fit_writes_values_and_provenance(tmp_path, loso):
+    rt = tmp_path / "eager.yaml"
+    rt.write_text((ROOT / "runtimes" / "eager.yaml").read_text())
+    entry = loso["full_fit"]["eager"]
+    calibrate.write_runtime_yaml(rt, entry, "validation/measurements.csv", date="2000-01-01")
+    data = yaml.safe_load(rt.read_text())
+    for name, v in entry["params"].items():
+        assert data[name]["value"] == pytest.approx(v, rel=1e-3)
+        assert "2000-01-01" in data[name]["source"] and f"{entry['n_rows']} rows" in data[name]["source"]
+    costmodel.load_runtime(str(rt))      # still a valid runtime file
+
+
+def test_fit_evaluates_parameter_vectors_in_one_call(measurements):
+    """calibrate.py sweeps runtime parameters as numpy arrays through the engine; a scalar-only engine
+    path makes the fit (and this file's tests) ~100x slower. Every row must vectorise and agree."""
+    import dataclasses
+    import warnings
+
+    import numpy as np
+    vals = {"bandwidth_efficiency": np.array([0.7, 1.0]), "step_overhead_s": np.array([0.0, 2e-3]),
+            "host_per_kernel_s": np.array([1e-5, 3e-5]), "kernels_per_pass": np.array([10.0, 100.0]),
+            "compute_efficiency": np.array([0.3, 1.0])}
+    calibrate._WARNED.clear()
+    for m in [m for m in measurements if not m.categorical][::7]:
+        ev = calibrate._Evaluator(m.runtime, [m])
+        ev.names = tuple(vals)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            vec = ev.preds(np.stack(list(vals.values()), axis=1))[0]
+        for i in range(2):
+            rt = dataclasses.replace(ev.base, **{k: float(v[i]) for k, v in vals.items()})
+            assert vec[i] == pytest.approx(costmodel.validate.predict(m, {m.runtime: rt}), rel=1e-9), m.id
