@@ -22,10 +22,10 @@ from .errors import InputError
 from .hardware import load_hardware
 from .model import load_model
 from .ops import Exec
-from .record import DRAFT_KINDS, Record, parse_record
+from .record import Record, parse_record
 from .runtime import load_runtime
 from .strategies import STRATEGY_FUNCS
-from .strategies.autoregressive import ar_step, autoregressive
+from .strategies.autoregressive import ar_step
 from .strategies.common import Ctx
 
 NUMERIC_AXES = ("batch_size", "prompt_len", "gen_len", "gamma", "acceptance_rate", "mean_accepted_tokens",

@@ -46,7 +46,6 @@ why the closest configuration (the fastest one that fits, else the fastest) fail
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 
@@ -288,7 +287,7 @@ def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch) -> dict:
     else:
         out["binding_constraint"] = BOUND_TO_CONSTRAINT.get(str(answer["bound"]), str(answer["bound"]))
         out["reason"] = (f"feasible with {n} device(s); nothing smaller was tried" if devices_fixed else
-                         f"one device suffices") + f"; its step time is bound by {out['binding_constraint']}"
+                         "one device suffices") + f"; its step time is bound by {out['binding_constraint']}"
     return _finish(out, tried, targets)
 
 
@@ -393,14 +392,3 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
     if price_info is not None:
         best["prices_source"] = price_info["source"]
     return best
-
-
-# ``import costmodel.plan`` makes the import system bind the *module* to ``costmodel.plan``, shadowing the
-# lazily exported function (costmodel/__init__.py). Calling the module calls the function, so
-# ``costmodel.plan(record, ...)`` works whichever of the two the name resolves to.
-class _CallableModule(sys.modules[__name__].__class__):
-    def __call__(self, *args, **kwargs):
-        return plan(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

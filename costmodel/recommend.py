@@ -232,7 +232,7 @@ def evaluate_families(fields: dict, hw, arrays: dict | None = None, objective: s
             a.update(v.arrays)
             res = evaluate_arrays(rec, a)
             res.pop("_step_ops", None)
-            extras = res.pop("_extras", {})
+            res.pop("_extras", None)
             if "gamma" in v.arrays:                    # split the γ axis into slices
                 for i, g in enumerate(np.ravel(v.arrays["gamma"])):
                     sl = {k: (np.broadcast_to(val, np.broadcast(val, res["step_latency_s"]).shape)[i]

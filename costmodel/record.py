@@ -10,7 +10,7 @@ bad input and their messages: docs/errors.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from .errors import InputError, suggest
 

@@ -177,6 +177,21 @@ def op_time(op, ex: Exec):
     return t, np.broadcast_to(idx, np.shape(t)).astype(np.intp)
 
 
+_ZERO = np.float64(0.0)
+
+
+def _l2_not_slower(ex: Exec) -> bool:
+    """L2 bandwidth >= achievable HBM bandwidth > 0 everywhere (rates may be arrays)."""
+    l2, bw = ex.hw.l2_bandwidth_bytes_per_s, ex.hbm_bytes_per_s
+    return bool(np.all(np.asarray(bw) > 0) and np.all(np.asarray(l2) >= np.asarray(bw)))
+
+
+def _terms_without_l2(op, ex: Exec) -> tuple:
+    peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
+    return (np.asarray(op.flops, dtype=float) / peak, np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
+            None, np.asarray(op.comm_s, dtype=float))
+
+
 def op_terms(op, ex: Exec) -> tuple:
     """The roofline terms of one operator instance, in bound order (compute, memory, l2,
     interconnect): seconds at each resource's achievable rate. (``_pass_cost_scalar`` repeats these
@@ -191,7 +206,15 @@ def op_terms(op, ex: Exec) -> tuple:
 def _op_time(op, ex: Exec):
     """op_time with the bound index possibly compact (int8, broadcasting to the time's shape);
     an array time is a new array (callers may write into it)."""
-    fast = _max_argmax(op_terms(op, ex), first_is_new=True)
+    l2 = op.l2_bytes
+    if np.ndim(l2) == 0 and float(l2) == 0.0 and math.copysign(1.0, float(l2)) > 0.0 and _l2_not_slower(ex):
+        # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
+        # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
+        # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
+        a, b, _c, d = _terms_without_l2(op, ex)
+        fast = _max_argmax((a, b, _ZERO, d), first_is_new=True)
+    else:
+        fast = _max_argmax(op_terms(op, ex), first_is_new=True)
     if fast is not None:
         return fast
     stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten

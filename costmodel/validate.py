@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .record import FIELD_NAMES, META_FIELDS, Record, parse_record
+from .record import Record, parse_record
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "validation"
 DEFAULT_FILES = ("measurements.csv",)
@@ -249,14 +249,3 @@ def validate(rows=None, *, runtimes: dict | None = None) -> dict:
     ms = load_measurements(rows)
     results = [row_result(m, predict(m, runtimes)) for m in ms]
     return {"rows": results, "summary": dict(summarize(results), mode="in_sample_or_user_data")}
-
-
-class _CallableModule(__import__("types").ModuleType):
-    """``costmodel.validate`` is both this module and the function (DESIGN §6: ``costmodel.validate(rows)``):
-    once the submodule is imported, the package attribute is the module, so the module is made callable."""
-
-    def __call__(self, rows=None, **kw):
-        return validate(rows, **kw)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableModule

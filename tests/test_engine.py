@@ -47,7 +47,7 @@ def test_weights_and_kv_memory_by_hand():
 def test_compute_bound_gemm_by_hand():
     # 4096 tokens through the tiny model's FFN: 2·24,576·4096 FLOPs = 2.01e8 → 2.01e-6 s at 1e14,
     # vs bytes 49,152 + 4096·128·2 = 1.10e6 → 1.10e-6 s at 1e12: compute-bound
-    from costmodel.ops import Exec, PassShape, layer_ops
+    from costmodel.ops import PassShape, layer_ops
     from costmodel.roofline import op_time
     from costmodel.evaluate import build_exec
     from costmodel.record import parse_record

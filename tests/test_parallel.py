@@ -244,8 +244,9 @@ def test_plan_cheapest_hardware_with_prices(tmp_path):
 
 
 def test_plan_is_exported_and_callable():
-    import costmodel.plan as mod          # binds the module to the package attribute
-    assert callable(costmodel.plan) and mod.plan is plan
+    import sys
+    import costmodel.plan                 # importing the submodule must not shadow the function
+    assert callable(costmodel.plan) and sys.modules["costmodel.plan"].plan is costmodel.plan is plan
 
 
 def test_cli_plan_json_and_errors(tmp_path, capsys):

@@ -15,7 +15,7 @@ import costmodel
 from costmodel import calibrate
 from costmodel.cli import main
 from costmodel.errors import InputError
-from costmodel.validate import (VALIDATION_DIR, load_measurements, parse_measurement, summarize, validate)
+from costmodel.validate import (VALIDATION_DIR, load_measurements, parse_measurement, predict, summarize, validate)
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = VALIDATION_DIR / "measurements.csv"
@@ -216,4 +216,4 @@ def test_fit_evaluates_parameter_vectors_in_one_call(measurements):
             vec = ev.preds(np.stack(list(vals.values()), axis=1))[0]
         for i in range(2):
             rt = dataclasses.replace(ev.base, **{k: float(v[i]) for k, v in vals.items()})
-            assert vec[i] == pytest.approx(costmodel.validate.predict(m, {m.runtime: rt}), rel=1e-9), m.id
+            assert vec[i] == pytest.approx(predict(m, {m.runtime: rt}), rel=1e-9), m.id
