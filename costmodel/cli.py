@@ -70,57 +70,49 @@ def cmd_run(args):
         emit(args, res, rows=res["results"])
 
 
-def cmd_hardware(args):
-    from .hardware import load_hardware
+def _list_or_show(args, kind: str, load, row, cols, details):
+    """``hardware|models list`` (one row per zoo id) or ``show ID_OR_PATH`` (every field)."""
     from .specs import zoo_ids
     if args.action == "list":
-        rows = []
-        for i in zoo_ids("hardware_specs"):
-            h = load_hardware(i)
-            rows.append({"id": i, "name": h.name, "memory_GB": h.capacity_bytes / 1e9,
-                         "bandwidth_GB_per_s": h.bandwidth_bytes_per_s / 1e9,
-                         "fp16_TFLOP_per_s": h.matrix_peak("fp16") / 1e12, "l2_MB": h.l2_bytes / 1e6})
-        cols = (("id", "id", None, "{}"), ("name", "name", None, "{}"), ("memory_GB", "memory GB", 1, "{:.1f}"),
-                ("bandwidth_GB_per_s", "bandwidth GB/s", 1, "{:.0f}"), ("fp16_TFLOP_per_s", "fp16 TFLOP/s", 1, "{:.1f}"),
-                ("l2_MB", "L2 MB", 1, "{:.1f}"))
+        rows = [row(i, load(i)) for i in zoo_ids(kind)]
         if args.format == "table":
             print(fmt.table(rows, cols))
         else:
             emit(args, rows, rows=rows)
         return
     if not args.id:
-        raise InputError("hardware show needs an id or a path", allowed="costmodel hardware list")
-    from dataclasses import asdict
-    h = load_hardware(args.id)
-    d = asdict(h)
+        raise InputError(f"{args.command} show needs an id or a path", allowed=f"costmodel {args.command} list")
+    d = details(load(args.id))
     emit(args, d, kv=_flatten(d))
 
 
-def cmd_models(args):
-    from .model import load_model
-    from .specs import zoo_ids
-    if args.action == "list":
-        rows = []
-        for i in zoo_ids("model_specs"):
-            m = load_model(i)
-            rows.append({"id": i, "name": m.name, "params_B": m.n_params / 1e9, "layers": m.n_layers,
-                         "d_model": m.d_model, "kv_heads": m.n_kv_heads,
-                         "kv_KiB_per_token_fp16": m.kv_bytes_per_token(2) / 1024})
-        cols = (("id", "id", None, "{}"), ("name", "name", None, "{}"), ("params_B", "params (1e9)", 1, "{:.3f}"),
-                ("layers", "layers", 1, "{:.0f}"), ("d_model", "d_model", 1, "{:.0f}"),
-                ("kv_heads", "kv heads", 1, "{:.0f}"), ("kv_KiB_per_token_fp16", "KV KiB/token fp16", 1, "{:.0f}"))
-        if args.format == "table":
-            print(fmt.table(rows, cols))
-        else:
-            emit(args, rows, rows=rows)
-        return
-    if not args.id:
-        raise InputError("models show needs an id or a path", allowed="costmodel models list")
+def cmd_hardware(args):
     from dataclasses import asdict
-    m = load_model(args.id)
-    d = asdict(m)
-    d.update(n_params=m.n_params, kv_bytes_per_token_fp16=m.kv_bytes_per_token(2.0))
-    emit(args, d, kv=d)
+
+    from .hardware import load_hardware
+    cols = (("id", "id", None, "{}"), ("name", "name", None, "{}"), ("memory_GB", "memory GB", 1, "{:.1f}"),
+            ("bandwidth_GB_per_s", "bandwidth GB/s", 1, "{:.0f}"), ("fp16_TFLOP_per_s", "fp16 TFLOP/s", 1, "{:.1f}"),
+            ("l2_MB", "L2 MB", 1, "{:.1f}"))
+    _list_or_show(args, "hardware_specs", load_hardware,
+                  lambda i, h: {"id": i, "name": h.name, "memory_GB": h.capacity_bytes / 1e9,
+                                "bandwidth_GB_per_s": h.bandwidth_bytes_per_s / 1e9,
+                                "fp16_TFLOP_per_s": h.matrix_peak("fp16") / 1e12, "l2_MB": h.l2_bytes / 1e6},
+                  cols, asdict)
+
+
+def cmd_models(args):
+    from dataclasses import asdict
+
+    from .model import load_model
+    cols = (("id", "id", None, "{}"), ("name", "name", None, "{}"), ("params_B", "params (1e9)", 1, "{:.3f}"),
+            ("layers", "layers", 1, "{:.0f}"), ("d_model", "d_model", 1, "{:.0f}"),
+            ("kv_heads", "kv heads", 1, "{:.0f}"), ("kv_KiB_per_token_fp16", "KV KiB/token fp16", 1, "{:.0f}"))
+    _list_or_show(args, "model_specs", load_model,
+                  lambda i, m: {"id": i, "name": m.name, "params_B": m.n_params / 1e9, "layers": m.n_layers,
+                                "d_model": m.d_model, "kv_heads": m.n_kv_heads,
+                                "kv_KiB_per_token_fp16": m.kv_bytes_per_token(2) / 1024},
+                  cols, lambda m: dict(asdict(m), n_params=m.n_params,
+                                       kv_bytes_per_token_fp16=m.kv_bytes_per_token(2.0)))
 
 
 def _flatten(d, prefix=""):
