@@ -4,7 +4,9 @@ A pass runs ``tokens`` query tokens (B sequences × q new tokens, summed) throug
 one device of a tensor-parallel group of ``tp``. Quantities are **per device**; multiply by ``tp``
 for the group. Formulas (per layer unless stated):
 
-* GEMM:       FLOPs = 2 · params · tokens;  HBM bytes = params · w_bytes + tokens·(d_in + d_out)·act_bytes
+* GEMM:       FLOPs = 2 · params · tokens;  HBM bytes = params · w_bytes + tokens·(d_in + d_out)·act_bytes;
+              weight-only int8/int4: + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
+              once per weight read, independent of tokens), which add to the operator's compute term
 * MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
@@ -45,7 +47,7 @@ class Exec:
     kv_dtype: str = "fp16"
     tp: int = 1
     pp: int = 1
-    allreduce_algorithm: str = "ring"     # 'ring' or 'tree' (parallel.allreduce_time_s)
+    allreduce_algorithm: str = "ring"     # 'ring', 'tree' or 'auto' (the faster; parallel.allreduce_time_s)
 
     @functools.cached_property
     def w_bytes(self) -> float:
@@ -76,6 +78,15 @@ class Exec:
     @functools.cached_property
     def kv_bytes_per_token_device(self) -> float:
         return self.kv_bytes_per_token_layer * self.model.n_layers / self.pp
+
+    @functools.cached_property
+    def dequant_flops_per_weight(self) -> float:
+        """Vector-unit FLOPs a weight-only int8/int4 GEMM spends per weight it reads (unpack, convert to
+        fp16, apply the group scale/zero); 0 for weights stored in the compute dtype. A property of the
+        runtime's kernels: ``Runtime.dequant_flops_per_weight`` (runtimes/*.yaml, with sources)."""
+        if self.weight_dtype not in ("int4", "int8"):
+            return 0.0
+        return float(getattr(self.rt, f"dequant_flops_per_weight_{self.weight_dtype}"))
 
     @functools.cached_property
     def matrix_flops_per_s(self) -> float:
@@ -115,6 +126,9 @@ class Op:
     l2_bytes: object = 0.0
     comm_s: object = 0.0
     group: str = "layer"      # 'layer', 'pass', 'draft', 'heads'
+    #: vector-unit (CUDA-core) FLOPs spent inside this matrix operator besides its matrix FLOPs:
+    #: unpacking and scaling weight-only quantised weights (``Exec.dequant_flops_per_weight``)
+    dequant_flops: object = 0.0
 
 
 @dataclass
@@ -132,10 +146,13 @@ class PassShape:
 
 
 def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
-    """2·params·tokens FLOPs; weights once plus activations in and out."""
+    """2·params·tokens FLOPs; weights once plus activations in and out; weight-only quantised weights
+    are dequantised once per pass on the vector units (params · dequant_flops_per_weight)."""
     t = np.asarray(tokens, dtype=float)
+    dq = ex.dequant_flops_per_weight
     return Op(name, "matrix", ex.model.n_layers if count is None else count, flops=2.0 * params * t,
-              hbm_bytes=params * ex.w_bytes + t * (d_in + d_out) * ex.act_bytes)
+              hbm_bytes=params * ex.w_bytes + t * (d_in + d_out) * ex.act_bytes,
+              dequant_flops=params * dq if dq else 0.0)
 
 
 def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
@@ -163,7 +180,9 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
         distinct = e * (1.0 - (1.0 - k / e) ** t)
         per_expert = m.expert_params / tp
         ops.append(Op("moe_ffn", "matrix", L, flops=2.0 * per_expert * k * t,
-                      hbm_bytes=distinct * per_expert * ex.w_bytes + t * (d + d) * act * k))
+                      hbm_bytes=distinct * per_expert * ex.w_bytes + t * (d + d) * act * k,
+                      dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
+                                     if ex.dequant_flops_per_weight else 0.0)))
         ops.append(gemm("router", d * e, t, d, e, ex))
     else:
         ops.append(gemm("ffn", m.expert_params / tp, t, d, d, ex))

@@ -14,6 +14,8 @@ attention output projection and after the FFN), over the TP group's link:
 
     ring (Patarasuk & Yuan 2009; NCCL ring):      t = 2(n − 1)·α + 2(n − 1)/n · S/β
     tree (NCCL double binary tree):              t = 2·log2(n)·α + 2·S/β
+    auto (what NCCL's tuner does: per message, the algorithm with the lower modelled time):
+                                                  t = min(ring, tree)   — tree below S ≈ 32·α·β at n = 8
 
 ``tokens`` is every query token of the pass: B for plain decoding, B·(γ+1) for chain
 verification, B·(T+1) for a tree of T nodes — a tree verified across nodes pays its all-reduces on
@@ -50,18 +52,21 @@ import numpy as np
 
 from .hardware import Hardware, Link
 
-ALGORITHMS = ("ring", "tree")
+ALGORITHMS = ("auto", "ring", "tree")
 TOKEN_ID_BYTES = 4.0          # int32 token ids
 
 
 def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring"):
     """Time of one all-reduce of ``message_bytes`` across ``n`` devices over ``link``.
 
-    ring: 2(n−1)·α + 2(n−1)/n · S/β;  tree (double binary tree): 2·log2(n)·α + 2·S/β;  0 for n = 1.
+    ring: 2(n−1)·α + 2(n−1)/n · S/β;  tree (double binary tree): 2·log2(n)·α + 2·S/β;
+    auto: the smaller of the two for each message (NCCL picks its algorithm per message size);  0 for n = 1.
     """
     s = np.asarray(message_bytes, dtype=float)
     if n <= 1:
         return np.zeros_like(s)
+    if algorithm == "auto":
+        return np.minimum(allreduce_time_s(s, n, link, "ring"), allreduce_time_s(s, n, link, "tree"))
     if algorithm == "tree":
         return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.bandwidth_bytes_per_s
     if algorithm != "ring":

@@ -186,18 +186,29 @@ def _l2_not_slower(ex: Exec) -> bool:
     return bool(np.all(np.asarray(bw) > 0) and np.all(np.asarray(l2) >= np.asarray(bw)))
 
 
-def _terms_without_l2(op, ex: Exec) -> tuple:
+def _compute_term(op, ex: Exec):
+    """FLOPs / achievable rate of the operator's unit, plus (only when the operator has any) its
+    dequantisation FLOPs / the vector rate: the same kernel issues both, so they add."""
     peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
-    return (np.asarray(op.flops, dtype=float) / peak, np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
+    c = np.asarray(op.flops, dtype=float) / peak
+    dq = op.dequant_flops
+    if type(dq) is float and dq == 0.0:
+        return c
+    return c + np.asarray(dq, dtype=float) / ex.vector_flops_per_s
+
+
+def _terms_without_l2(op, ex: Exec) -> tuple:
+    return (_compute_term(op, ex), np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
             None, np.asarray(op.comm_s, dtype=float))
 
 
 def op_terms(op, ex: Exec) -> tuple:
     """The roofline terms of one operator instance, in bound order (compute, memory, l2,
-    interconnect): seconds at each resource's achievable rate. (``_pass_cost_scalar`` repeats these
-    formulas on Python floats: keep the two in step.)"""
-    peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
-    return (np.asarray(op.flops, dtype=float) / peak,
+    interconnect): seconds at each resource's achievable rate. The compute term is FLOPs at the
+    operator's unit plus, for weight-only quantised GEMMs, the dequantisation FLOPs at the vector
+    rate (``Op.dequant_flops``). (``_pass_cost_scalar`` repeats these formulas on Python floats:
+    keep the two in step.)"""
+    return (_compute_term(op, ex),
             np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
             (np.asarray(op.hbm_bytes, dtype=float) + op.l2_bytes) / ex.hw.l2_bandwidth_bytes_per_s,
             np.asarray(op.comm_s, dtype=float))
@@ -322,7 +333,13 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
         if getattr(fl, "ndim", 0) or getattr(hb, "ndim", 0) or getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
             return None
         f, h = float(fl), float(hb)
-        terms = (f / (peak_v if op.kind == "vector" else peak_m), h / bw, (h + float(l2)) / l2bw, float(cm))
+        c = f / (peak_v if op.kind == "vector" else peak_m)
+        dq = op.dequant_flops
+        if not (type(dq) is float and dq == 0.0):
+            if getattr(dq, "ndim", 0):
+                return None
+            c = c + float(dq) / peak_v
+        terms = (c, h / bw, (h + float(l2)) / l2bw, float(cm))
         for x in terms:
             if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
                 return None

@@ -30,6 +30,9 @@ class Runtime:
     compute_efficiency: float
     memory_overhead_bytes: float
     prefill_chunk_tokens: float | None = None   # chunked prefill: tokens per prefill pass (None = one pass)
+    #: vector FLOPs per weight its weight-only int4 / int8 GEMM kernels spend dequantising (ops.gemm)
+    dequant_flops_per_weight_int4: float = 0.0
+    dequant_flops_per_weight_int8: float = 0.0
     sources: tuple = ()
 
 
@@ -41,6 +44,11 @@ def parse_runtime(data, src: str) -> Runtime:
         vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0,   # 0 would divide by zero
                         max_value=1.5 if "efficiency" in k else None)
         sources.append((k, s.text("source")))
+    for k in ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8"):
+        s = f.sub(k, required=False)
+        if s is not None:
+            vals[k] = s.num("value", min_value=0)
+            sources.append((k, s.text("source")))
     chunk = f.sub("prefill_chunk_tokens", required=False)
     if chunk is not None:
         vals["prefill_chunk_tokens"] = chunk.num("value", min_value=1, allow_null=True, required=False)

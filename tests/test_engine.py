@@ -121,3 +121,25 @@ def test_chunked_prefill_caps_activation_memory(tmp_path):
     assert chunked["memory_activations_bytes"] == pytest.approx(1000 * per_token + 4 * 1000 * 4)
     # same FLOPs, but the 404 kB of weights are read 4 times instead of once: never faster
     assert chunked["ttft_s"] >= one["ttft_s"]
+
+
+def test_weight_only_int4_gemm_pays_dequantisation_on_the_vector_units():
+    """Llama-2-7B FFN (3·4096·11008 = 135 266 304 weights per layer) in int4 under TensorRT-LLM
+    (4 vector FLOPs per weight, runtimes/trt-llm.yaml) on an A100-80GB (19.5 TFLOP/s fp32, runtime
+    compute efficiency 1.0): 541 065 216 dequantisation FLOPs per layer = 27.747 µs, on top of the
+    matrix term 2·135 266 304 / (312e12·0.939) = 0.9234 µs at one token. fp16 weights: none."""
+    from costmodel.hardware import load_hardware
+    from costmodel.model import load_model
+    from costmodel.ops import Exec, PassShape, layer_ops
+    from costmodel.roofline import op_terms
+    from costmodel.runtime import load_runtime
+
+    m, hw, rt = load_model("llama-2-7b"), load_hardware("a100-80gb"), load_runtime("trt-llm")
+    shape = PassShape(tokens=1.0, pairs=1.0, kv_hbm_tokens=1.0)
+    ffn = {op.name: op for op in layer_ops(shape, Exec(m, hw, rt, weight_dtype="int4"))}["ffn"]
+    assert float(ffn.dequant_flops) == 541_065_216.0
+    compute = float(op_terms(ffn, Exec(m, hw, rt, weight_dtype="int4"))[0])
+    assert compute == pytest.approx(27.747e-6 + 0.9234e-6, rel=1e-4)
+    fp16 = {op.name: op for op in layer_ops(shape, Exec(m, hw, rt, weight_dtype="fp16"))}["ffn"]
+    assert fp16.dequant_flops == 0.0
+    assert float(op_terms(fp16, Exec(m, hw, rt, weight_dtype="fp16"))[0]) == pytest.approx(0.9234e-6, rel=1e-4)

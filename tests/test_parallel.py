@@ -47,6 +47,12 @@ def test_allreduce_formulas_by_hand():
     # tree, n = 8: 2·3·2e-6 + 2·4e6/2e11 = 1.2e-5 + 4e-5
     assert allreduce_time_s(4e6, 8, link, "tree") == pytest.approx(5.2e-5)
     assert np.all(allreduce_time_s(np.array([1.0, 2.0]), 1, link) == 0)
+    # auto = the faster per message: at 4 MB the tree (5.2e-5 < 6.3e-5); at 64 MB the ring:
+    # ring 2.8e-5 + 1.75·6.4e7/2e11 = 5.88e-4, tree 1.2e-5 + 2·6.4e7/2e11 = 6.52e-4
+    assert allreduce_time_s(4e6, 8, link, "auto") == pytest.approx(5.2e-5)
+    assert allreduce_time_s(6.4e7, 8, link, "auto") == pytest.approx(5.88e-4)
+    both = allreduce_time_s(np.array([4e6, 6.4e7]), 8, link, "auto")
+    assert both == pytest.approx([5.2e-5, 5.88e-4])
     assert transfer_time_s(1e6, link) == pytest.approx(2e-6 + 5e-6)
 
 
