@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +61,7 @@ class Cost:
     def bound(self) -> np.ndarray:
         """Name of the resource with the most attributed time, per element."""
         shape = np.shape(self.time_s)
+        from ._roofline_fast import _bcast, _compact, _max_argmax
         fast = _max_argmax([_compact(_bcast(self.by_bound[b], shape)) for b in BOUNDS])
         if fast is not None:
             return _BOUND_NAMES[np.broadcast_to(fast[1], shape)]
@@ -106,84 +106,10 @@ def operator_rows(enabled: bool):
         _RECORD_OPS.reset(token)
 
 
-def _bcast(a, shape):
-    """np.broadcast_to(np.asarray(a, dtype=float), shape), skipped when ``a`` has that shape."""
-    a = np.asarray(a, dtype=float)
-    return a if a.shape == shape else np.broadcast_to(a, shape)
-
-
-def _compact(a: np.ndarray) -> np.ndarray:
-    """A broadcast view (zero strides) as the smallest view that broadcasts back to it."""
-    if a.ndim == 0 or 0 not in a.strides or a.size == 0:
-        return a
-    return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
-
-
-def _max_argmax(terms, first_is_new: bool = False):
-    """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
-    of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
-    that broadcasts to the max's. None (the caller takes the reference path) when the running
-    maximum holds a NaN, a negative number or -0.0 where it matters. For such terms the first
-    maximum is the last term that is strictly greater than the running maximum, and a +0.0 term
-    can be skipped (it is never above a running maximum >= +0.0, and max(m, +0.0) = m)."""
-    if not any(t.ndim for t in terms):
-        fl = [float(t) for t in terms]
-        for x in fl:
-            if not x > 0.0 and (x != 0.0 or math.copysign(1.0, x) < 0.0):
-                return None           # NaN, negative or -0.0: the reference path
-        m = max(fl)
-        return np.float64(m), np.intp(fl.index(m))
-    m, idx, checked = terms[0], None, None
-    m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
-    for i in range(1, len(terms)):
-        t = terms[i]
-        if t.ndim == 0 and float(t) == 0.0 and math.copysign(1.0, float(t)) > 0.0:
-            if checked is not m:
-                if not _nonneg(m):
-                    return None
-                checked = m
-            continue
-        gt = t > m
-        if m_new and m.ndim and gt.shape == m.shape:
-            m = np.maximum(m, t, out=m)
-        else:
-            m, m_new = np.maximum(m, t), True
-        step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
-        idx = step if idx is None else np.maximum(idx, step)
-    if checked is not m and not _nonneg(m):
-        return None
-    if idx is None:
-        idx = np.zeros(np.shape(m), dtype=np.int8)
-    return m, idx
-
-
-def _nonneg(a: np.ndarray) -> bool:
-    """Every element is +0.0 .. +inf (no negative number, no -0.0, no NaN): read as uint64 the bit
-    pattern is at most +inf's (a set sign bit or a NaN reads larger)."""
-    if a.ndim == 0:
-        x = float(a)
-        return x >= 0.0 and math.copysign(1.0, x) > 0
-    if a.dtype != np.float64:
-        return False
-    return bool(a.view(np.uint64).max() <= _INF_BITS)
-
-
-_INF_BITS = int(np.array(np.inf).view(np.uint64))
-
-
 def op_time(op, ex: Exec):
-    """(seconds, bound index) of one operator instance."""
-    t, idx = _op_time(op, ex)
-    return t, np.broadcast_to(idx, np.shape(t)).astype(np.intp)
-
-
-_ZERO = np.float64(0.0)
-
-
-def _l2_not_slower(ex: Exec) -> bool:
-    """L2 bandwidth >= achievable HBM bandwidth > 0 everywhere (rates may be arrays)."""
-    l2, bw = ex.hw.l2_bandwidth_bytes_per_s, ex.hbm_bytes_per_s
-    return bool(np.all(np.asarray(bw) > 0) and np.all(np.asarray(l2) >= np.asarray(bw)))
+    """(seconds, bound index) of one operator instance: the largest of :func:`op_terms` and which."""
+    stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))
+    return stack.max(axis=0), stack.argmax(axis=0)
 
 
 def _compute_term(op, ex: Exec):
@@ -195,11 +121,6 @@ def _compute_term(op, ex: Exec):
     if type(dq) is float and dq == 0.0:
         return c
     return c + np.asarray(dq, dtype=float) / ex.vector_flops_per_s
-
-
-def _terms_without_l2(op, ex: Exec) -> tuple:
-    return (_compute_term(op, ex), np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
-            None, np.asarray(op.comm_s, dtype=float))
 
 
 def op_terms(op, ex: Exec) -> tuple:
@@ -214,182 +135,21 @@ def op_terms(op, ex: Exec) -> tuple:
             np.asarray(op.comm_s, dtype=float))
 
 
-def _op_time(op, ex: Exec):
-    """op_time with the bound index possibly compact (int8, broadcasting to the time's shape);
-    an array time is a new array (callers may write into it)."""
-    l2 = op.l2_bytes
-    if np.ndim(l2) == 0 and float(l2) == 0.0 and math.copysign(1.0, float(l2)) > 0.0 and _l2_not_slower(ex):
-        # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
-        # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
-        # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
-        a, b, _c, d = _terms_without_l2(op, ex)
-        fast = _max_argmax((a, b, _ZERO, d), first_is_new=True)
-    else:
-        fast = _max_argmax(op_terms(op, ex), first_is_new=True)
-    if fast is not None:
-        return fast
-    stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten
-    return stack.max(axis=0), stack.argmax(axis=0)
-
-
 def pass_cost(shape: PassShape, ex: Exec) -> Cost:
-    """Cost of one forward pass of ``shape`` on ``ex`` (see module docstring).
+    """Cost of one forward pass of ``shape`` on ``ex`` (module docstring).
 
-    The arithmetic of :func:`_pass_cost_reference` (the same floating-point operations in the same
-    order, so the results are bit-identical) with fewer array passes: accumulators are added into
-    in place once they are this function's own arrays, and a bound's accumulator skips an operator
-    that contributes +0.0 everywhere (adding +0.0 to a sum that started at +0.0 changes nothing)."""
-    ops = layer_ops(shape, ex)
-    fast = _pass_cost_scalar(shape, ex, ops)
-    if fast is not None:
-        return fast
-    names = ("compute", "memory", "l2", "interconnect")
-    record = _RECORD_OPS.get()
-    acc = [None, None, None, None]          # None: still the initial 0.0
-    own = [False, False, False, False]
-    work = []                               # (flops, hbm_bytes, count) per operator, summed on demand
-    rows = []
-    for op in ops:
-        t, idx = _op_time(op, ex)
-        cnt = op.count
-        # t is _op_time's own new array: scale it in place
-        tc = np.multiply(t, cnt, out=t) if type(t) is np.ndarray and t.ndim else t * cnt
-        if np.ndim(idx) == 0:
-            lo = hi = int(idx)
-        else:
-            lo, hi = int(idx.min()), int(idx.max())
-        for i in range(lo, hi + 1):
-            if lo == hi:
-                acc[i], own[i] = _add(acc[i], own[i], tc)
-                continue
-            mask = idx == i
-            if not mask.any():
-                continue
-            # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
-            a = acc[i]
-            shp = np.broadcast_shapes(np.shape(tc), mask.shape, () if a is None else np.shape(a))
-            if a is None:
-                a = np.zeros(shp)
-            elif not own[i] or type(a) is not np.ndarray or a.shape != shp:
-                a = np.array(np.broadcast_to(a, shp), dtype=float)
-            acc[i], own[i] = np.add(a, tc, out=a, where=mask), True
-        f = np.asarray(op.flops, dtype=float)
-        h = np.asarray(op.hbm_bytes, dtype=float)
-        work.append((f, h, cnt))
-        if record:
-            rows.append((op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
-                         _OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))]))
-    kernels = kernel_count(shape, ex)
-    gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
-    device_s = 0
-    d_own = False
-    for a in acc:                            # Σ acc[b] (built-in sum: starts at int 0)
-        if a is None:
-            if np.ndim(device_s) == 0 and not d_own:
-                device_s = device_s + 0.0
-            continue
-        device_s, d_own = _add(device_s, d_own, a) if d_own else (device_s + a, True)
-    device_s, d_own = _add(device_s, d_own, kernels * gap) if d_own else (device_s + kernels * gap, True)
-    host_s = kernels * ex.rt.host_per_kernel_s
-    launch = 0.0 + kernels * gap
-    wait = host_s - device_s
-    wait = np.maximum(wait, 0.0, out=wait) if isinstance(wait, np.ndarray) and wait.ndim else np.maximum(wait, 0.0)
-    launch = launch + wait
-    time, _ = _add(device_s, d_own, wait)
-    shp = np.shape(time)
-    by = {b: _bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
-    by["launch"] = _bcast(launch, shp)
-    by = {b: by[b] for b in BOUNDS}
-    return _DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.tp, shp))
+    :func:`reference_pass_cost` is the specification, written one array operation at a time;
+    this runs :mod:`costmodel._roofline_fast`, the same floating-point operations in the same
+    order with fewer array passes (bit-identical: tests/test_sweep.py checks it)."""
+    from . import _roofline_fast
+    return _roofline_fast.pass_cost(shape, ex)
 
 
-def _work_totals(work, tp, shp):
-    """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times tp."""
-    flops = hbm = 0.0
-    f_own = h_own = False
-    for f, h, cnt in work:
-        flops, f_own = _add(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
-        # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
-        # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
-        hbm, h_own = _add(hbm, h_own, h * cnt) if h_own else (hbm + h * cnt, True)
-    return _times(flops, f_own, tp, shp), _times(hbm, h_own, tp, shp)
-
-
-def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
-    """pass_cost of a single configuration in Python floats (IEEE doubles, the same operations in
-    the same order as on numpy scalars, without numpy's per-call overhead). None when an operand
-    is an array, a divisor is 0 or a time is NaN, negative or -0.0 (the array path handles those)."""
-    peak_m, peak_v, bw, l2bw = ex.matrix_flops_per_s, ex.vector_flops_per_s, ex.hbm_bytes_per_s, \
-        ex.hw.l2_bandwidth_bytes_per_s
-    if np.ndim(peak_m) or np.ndim(peak_v) or np.ndim(bw) or np.ndim(l2bw) or not (peak_m and peak_v and bw and l2bw):
-        return None         # array-valued rates (e.g. runtime efficiencies swept by calibrate.py): array path
-    record = _RECORD_OPS.get()
-    acc = [0.0, 0.0, 0.0, 0.0]
-    flops = hbm = 0.0
-    rows = []
-    copysign = math.copysign
-    for op in ops:
-        fl, hb, l2, cm = op.flops, op.hbm_bytes, op.l2_bytes, op.comm_s
-        if getattr(fl, "ndim", 0) or getattr(hb, "ndim", 0) or getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
-            return None
-        f, h = float(fl), float(hb)
-        c = f / (peak_v if op.kind == "vector" else peak_m)
-        dq = op.dequant_flops
-        if not (type(dq) is float and dq == 0.0):
-            if getattr(dq, "ndim", 0):
-                return None
-            c = c + float(dq) / peak_v
-        terms = (c, h / bw, (h + float(l2)) / l2bw, float(cm))
-        for x in terms:
-            if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
-                return None
-        t = max(terms)
-        i = terms.index(t)
-        cnt = op.count
-        tc = t * cnt
-        acc[i] = acc[i] + tc                # the other bounds add +0.0: no change
-        flops = flops + f * cnt
-        hbm = hbm + (h + 0.0) * cnt
-        if record:
-            rows.append((op.name, np.float64(f * cnt * ex.tp), np.float64(h * cnt * ex.tp), np.float64(tc),
-                         _OP_BOUND_NAMES[i]))
-    kernels = kernel_count(shape, ex)
-    if getattr(kernels, "ndim", 0):
-        return None
-    k = float(kernels)
-    gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
-    device_s = 0 + acc[0] + acc[1] + acc[2] + acc[3] + k * gap
-    host_s = k * ex.rt.host_per_kernel_s
-    launch = 0.0 + k * gap
-    wait = float(np.maximum(host_s - device_s, 0.0))
-    launch = launch + wait
-    time = device_s + wait
-    by = {"compute": np.asarray(acc[0]), "memory": np.asarray(acc[1]), "l2": np.asarray(acc[2]),
-          "interconnect": np.asarray(acc[3]), "launch": np.asarray(launch)}
-    return Cost(np.asarray(time), np.asarray(flops * ex.tp), np.asarray(hbm * ex.tp), by, rows)
-
-
-def _add(acc, owned: bool, x):
-    """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
-    if acc is None:
-        return 0.0 + x, True
-    if owned and type(acc) is np.ndarray and acc.ndim:
-        xs, sh = np.shape(x), acc.shape
-        if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
-            return np.add(acc, x, out=acc), True
-    return acc + x, True
-
-
-def _times(a, owned: bool, k, shp):
-    """np.broadcast_to(a * k, shp).astype(float), without copies when ``a`` is already ours."""
-    a = a * k if k != 1 else a
-    if owned and np.shape(a) == shp and isinstance(a, (np.ndarray, np.float64)) and a.dtype == np.float64:
-        return a
-    return np.broadcast_to(a, shp).astype(float)
-
-
-def _pass_cost_reference(shape: PassShape, ex: Exec, ops) -> Cost:
-    """pass_cost as written first (the formulas, one array operation at a time)."""
+def reference_pass_cost(shape: PassShape, ex: Exec, ops=None) -> Cost:
+    """The pass as a specification, one array operation at a time (module docstring): each
+    operator's time goes to the bound that binds it; device time = Σ op times + kernels · gap; the
+    host needs kernels · host_per_kernel_s; the pass takes the larger, the wait counted as 'launch'."""
+    ops = layer_ops(shape, ex) if ops is None else ops
     names = ("compute", "memory", "l2", "interconnect")
     acc = {b: 0.0 for b in BOUNDS}
     flops = hbm = 0.0

@@ -266,7 +266,7 @@ def test_pass_cost_is_bit_identical_to_the_reference(setup):
     from costmodel.evaluate import build_exec
     from costmodel.ops import PassShape, layer_ops
     from costmodel.record import parse_record
-    from costmodel.roofline import Cost, _pass_cost_reference, op_time, pass_cost
+    from costmodel.roofline import Cost, reference_pass_cost, op_time, pass_cost
     ex = build_exec(parse_record(dict(setup, batch_size=1, prompt_len=1)))
     rng = np.random.default_rng(7)
     B = np.array([1.0, 3.0, 64.0, 700.0]).reshape(-1, 1)
@@ -283,7 +283,7 @@ def test_pass_cost_is_bit_identical_to_the_reference(setup):
                         kv_hbm_tokens=rng.uniform(0, 1e6, (1, 7)))]
     with np.errstate(all="ignore"):
         for sh in shapes:
-            got, want = pass_cost(sh, ex), _pass_cost_reference(sh, ex, layer_ops(sh, ex))
+            got, want = pass_cost(sh, ex), reference_pass_cost(sh, ex, layer_ops(sh, ex))
             for f in ("time_s", "flops", "hbm_bytes"):
                 assert _bits_equal(getattr(got, f), getattr(want, f)), f
             assert list(got.by_bound) == list(want.by_bound)
