@@ -24,6 +24,44 @@ def _bcast(a, shape):
     return a if a.shape == shape else np.broadcast_to(a, shape)
 
 
+def _sum(a, b):
+    """a + b for Cost arithmetic (see _binary)."""
+    return _binary(np.add, a, b)
+
+
+def _prod(a, b):
+    """a * b for Cost arithmetic (see _binary)."""
+    return _binary(np.multiply, a, b)
+
+
+def _binary(ufunc, a, b):
+    """ufunc(a, b) with the same elements, fewer full-size passes:
+
+    * an operand that is a broadcast view (zero strides, e.g. a bound with no time) is used in
+      its compact form and the result broadcast back: every element is one of the compact results;
+    * a + (+0.0 everywhere) is ``a`` itself when ``a`` holds no -0.0 and no NaN (x + +0.0 == x
+      bit for bit for every other x), checked in one read of ``a``. (The result may then be an
+      operand itself: Cost arrays are never written in place once a pass has returned them.)"""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or not (a.ndim or b.ndim):
+        return ufunc(a, b)           # scalars (a single evaluate()): nothing to save
+    ca, cb = _compact(a), _compact(b)
+    if ufunc is np.add:
+        for x, cz in ((a, cb), (b, ca)):
+            if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and _is_pos_zero(cz) \
+                    and x.shape == np.broadcast_shapes(a.shape, b.shape) and _nonneg(x):
+                return x
+    if ca is a and cb is b:
+        return ufunc(a, b)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    r = ufunc(ca, cb)
+    return r if r.shape == shape else np.broadcast_to(r, shape)
+
+
+def _is_pos_zero(c: np.ndarray) -> bool:
+    x = float(c.reshape(-1)[0])
+    return x == 0.0 and math.copysign(1.0, x) > 0.0
+
+
 def _compact(a: np.ndarray) -> np.ndarray:
     """A broadcast view (zero strides) as the smallest view that broadcasts back to it."""
     if a.ndim == 0 or 0 not in a.strides or a.size == 0:
@@ -97,11 +135,13 @@ def _terms_without_l2(op, ex: Exec) -> tuple:
             None, np.asarray(op.comm_s, dtype=float))
 
 
-def _op_time(op, ex: Exec):
+def _op_time(op, ex: Exec, l2_not_slower=None):
     """op_time with the bound index possibly compact (int8, broadcasting to the time's shape);
-    an array time is a new array (callers may write into it)."""
+    an array time is a new array (callers may write into it). ``l2_not_slower``: _l2_not_slower(ex),
+    when the caller has it (it depends on ``ex`` only)."""
     l2 = op.l2_bytes
-    if np.ndim(l2) == 0 and float(l2) == 0.0 and math.copysign(1.0, float(l2)) > 0.0 and _l2_not_slower(ex):
+    if np.ndim(l2) == 0 and float(l2) == 0.0 and math.copysign(1.0, float(l2)) > 0.0 and \
+            (_l2_not_slower(ex) if l2_not_slower is None else l2_not_slower):
         # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
         # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
         # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
@@ -132,8 +172,9 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     own = [False, False, False, False]
     work = []                               # (flops, hbm_bytes, count) per operator, summed on demand
     rows = []
+    l2_ok = _l2_not_slower(ex)              # depends on ex only: once per pass, not per operator
     for op in ops:
-        t, idx = _op_time(op, ex)
+        t, idx = _op_time(op, ex, l2_ok)
         cnt = op.count
         # t is _op_time's own new array: scale it in place
         tc = np.multiply(t, cnt, out=t) if type(t) is np.ndarray and t.ndim else t * cnt

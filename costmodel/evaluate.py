@@ -23,6 +23,7 @@ from .hardware import load_hardware
 from .model import load_model
 from .ops import Exec
 from .record import Record, parse_record
+from .roofline import _sum
 from .runtime import load_runtime
 from .strategies import STRATEGY_FUNCS
 from .strategies.autoregressive import ar_step
@@ -130,6 +131,15 @@ def _bc(a, shape):
     return np.broadcast_to(a, shape)
 
 
+def _sum_all(values):
+    """sum(values) (starting at 0), each addition through _roofline_fast._sum: the same elements,
+    without full-size passes over broadcast operands."""
+    total = np.asarray(0.0)                 # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
+    for v in values:
+        total = _sum(total, v)
+    return total
+
+
 def finalize(ctx: Ctx, out) -> dict:
     ex = ctx.ex
     step = out.step
@@ -143,33 +153,36 @@ def finalize(ctx: Ctx, out) -> dict:
                                 *(np.shape(v) for v in out.extras.values() if not isinstance(v, list)))
     if np.shape(lat) != shape:
         lat = _bc(lat, shape)
-    tps = _bc(out.tokens_per_step, shape).astype(float)
-    seqs = _bc(out.n_seqs, shape).astype(float)
+    # float views, not copies (np.asarray copies only what is not float64 already); tps_c, the
+    # unbroadcast τ, gives the same elementwise quotients without a full-size pass
+    tps_c = np.asarray(out.tokens_per_step, dtype=float)
+    tps = _bc(tps_c, shape)
+    seqs = np.asarray(_bc(out.n_seqs, shape), dtype=float)
     mem_t = {k: _bc(np.asarray(v, dtype=float), shape) for k, v in out.memory.items()}
-    peak = sum(mem_t.values())
+    peak = _sum_all(mem_t.values())
     if out.other_device_memory:
         other = sum(_bc(np.asarray(v, dtype=float), shape) for v in out.other_device_memory.values())
         peak = np.maximum(peak, other)
     ttft = out.prefill.time_s
-    gen = _bc(ctx.G, shape)
+    seq_tokens = seqs * tps_c            # tokens per step over all sequences (computed once, used twice)
     res = {
         "fits": peak <= ex.hw.usable_bytes,
         "step_latency_s": lat,
         "tokens_per_step": tps,
-        "tokens_per_s_per_seq": tps / lat,
-        "tokens_per_s": seqs * tps / lat,
-        "time_per_output_token_s": lat / tps,
+        "tokens_per_s_per_seq": tps_c / lat,
+        "tokens_per_s": seqs * tps_c / lat,
+        "time_per_output_token_s": lat / tps_c,
         "ttft_s": _bc(ttft, shape),
-        "e2e_latency_s": ttft + (gen - 1.0) / tps * lat,
+        "e2e_latency_s": ttft + (ctx.G - 1.0) / tps_c * lat,   # G, τ unbroadcast: same values
         "peak_device_memory_bytes": peak,
         "usable_memory_bytes": _bc(ex.hw.usable_bytes, shape),
-        "weights_bytes": _bc(out.weights_total_bytes, shape).astype(float),
-        "kv_cache_bytes": _bc(out.kv_total_bytes, shape).astype(float),
+        "weights_bytes": _bc(np.asarray(out.weights_total_bytes, dtype=float), shape),
+        "kv_cache_bytes": np.asarray(_bc(out.kv_total_bytes, shape), dtype=float),
         "kv_bytes_per_token": _bc(ex.model.kv_bytes_per_token(ex.kv_elem_bytes), shape),
         "flops_per_step": step.flops,
         "hbm_bytes_per_step": step.hbm_bytes,
-        "flops_per_token": step.flops / (seqs * tps),
-        "hbm_bytes_per_token": step.hbm_bytes / (seqs * tps),
+        "flops_per_token": step.flops / seq_tokens,
+        "hbm_bytes_per_token": step.hbm_bytes / seq_tokens,
         "arithmetic_intensity": step.flops / np.maximum(step.hbm_bytes, 1.0),
         "bound": step.bound(),
         "prefill_bound": _bc(out.prefill.bound(), shape),

@@ -36,26 +36,28 @@ class Cost:
 
     def __add__(self, other: "Cost") -> "Cost":
         if "_work" in self.__dict__ or "_work" in other.__dict__:     # keep the work totals deferred
-            return _DeferredWork(self.time_s + other.time_s, {b: self.by_bound[b] + other.by_bound[b] for b in BOUNDS},
+            return _DeferredWork(_sum(self.time_s, other.time_s),
+                                 lambda: {b: _sum(self.by_bound[b], other.by_bound[b]) for b in BOUNDS},
                                  self.ops + other.ops,
-                                 lambda: (self.flops + other.flops, self.hbm_bytes + other.hbm_bytes))
-        return Cost(self.time_s + other.time_s, self.flops + other.flops, self.hbm_bytes + other.hbm_bytes,
-                    {b: self.by_bound[b] + other.by_bound[b] for b in BOUNDS}, self.ops + other.ops)
+                                 lambda: (_sum(self.flops, other.flops), _sum(self.hbm_bytes, other.hbm_bytes)))
+        return Cost(_sum(self.time_s, other.time_s), _sum(self.flops, other.flops),
+                    _sum(self.hbm_bytes, other.hbm_bytes),
+                    {b: _sum(self.by_bound[b], other.by_bound[b]) for b in BOUNDS}, self.ops + other.ops)
 
     def scale(self, k) -> "Cost":
         """k sequential repetitions (k may be an array)."""
         k = np.asarray(k, dtype=float)
         if "_work" in self.__dict__:
-            return _DeferredWork(self.time_s * k, {b: v * k for b, v in self.by_bound.items()},
+            return _DeferredWork(_prod(self.time_s, k), lambda: {b: _prod(v, k) for b, v in self.by_bound.items()},
                                  [(n, f * k, h * k, t * k, b) for n, f, h, t, b in self.ops],
-                                 lambda: (self.flops * k, self.hbm_bytes * k))
+                                 lambda: (_prod(self.flops, k), _prod(self.hbm_bytes, k)))
         return Cost(self.time_s * k, self.flops * k, self.hbm_bytes * k,
                     {b: v * k for b, v in self.by_bound.items()},
                     [(n, f * k, h * k, t * k, b) for n, f, h, t, b in self.ops])
 
     @staticmethod
     def zero(shape=()) -> "Cost":
-        z = np.zeros(shape)
+        z = np.broadcast_to(np.float64(0.0), shape)     # read-only zeros, nothing to fill
         return Cost(z, z, z, {b: z for b in BOUNDS}, [])
 
     def bound(self) -> np.ndarray:
@@ -72,14 +74,22 @@ class Cost:
 class _DeferredWork(Cost):
     """A Cost whose work totals (``flops``, ``hbm_bytes``) are summed when first read, with the
     same operations in the same order as eagerly: a prefill pass's totals, for one, are never read
-    by evaluate(), and on large arrays they are a tenth of the pass's arithmetic. Everything else
-    (``time_s``, ``by_bound``, ``ops``) is computed at once."""
+    by evaluate(), and on large arrays they are a tenth of the pass's arithmetic. ``by_bound`` may
+    be deferred the same way (given as a function): evaluate()'s autoregressive baseline reads only
+    ``time_s``. ``time_s`` and ``ops`` are computed at once."""
 
     def __init__(self, time_s, by_bound, ops, work):
-        self.time_s, self.by_bound, self.ops = time_s, by_bound, ops
+        self.time_s, self.ops = time_s, ops
+        if callable(by_bound):
+            self._by_bound = by_bound
+        else:
+            self.by_bound = by_bound
         self._work = work
 
-    def __getattr__(self, name):            # only reached while flops / hbm_bytes are unset
+    def __getattr__(self, name):            # only reached while by_bound / flops / hbm_bytes are unset
+        if name == "by_bound" and "_by_bound" in self.__dict__:
+            self.by_bound = self.__dict__.pop("_by_bound")()
+            return self.by_bound
         work = self.__dict__.get("_work")
         if name not in ("flops", "hbm_bytes") or work is None:
             raise AttributeError(name)
@@ -183,8 +193,8 @@ def overhead_cost(seconds, shape=()) -> Cost:
     """A fixed host overhead (per-step bookkeeping), attributed to 'launch'."""
     c = Cost.zero(shape)
     s = np.broadcast_to(np.asarray(seconds, dtype=float), np.shape(c.time_s) if shape else np.shape(seconds))
-    c.time_s = c.time_s + s
-    c.by_bound = dict(c.by_bound, launch=c.by_bound["launch"] + s)
+    c.time_s = _sum(c.time_s, s)
+    c.by_bound = dict(c.by_bound, launch=_sum(c.by_bound["launch"], s))
     return c
 
 
@@ -193,3 +203,8 @@ def comm_cost(seconds) -> Cost:
     s = np.asarray(seconds, dtype=float)
     z = np.zeros_like(s)
     return Cost(s, z, z, {b: (s if b == "interconnect" else z) for b in BOUNDS}, [])
+
+
+# a + b and a * b with the same elements and fewer full-size passes (broadcast operands); imported
+# last because _roofline_fast imports this module
+from ._roofline_fast import _prod, _sum  # noqa: E402
