@@ -296,7 +296,3 @@ def _kind(v) -> str:
     names = {str: "text", list: "a list", dict: "a mapping", bool: "a boolean", type(None): "null"}
     return f"{names.get(type(v), type(v).__name__)} {_short(v)}" if v is not None else "null"
 
-
-@functools.lru_cache(maxsize=None)
-def cached_path(path: str, mtime: float):  # pragma: no cover - trivial
-    return load_yaml(path)
