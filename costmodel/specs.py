@@ -6,7 +6,6 @@ is refused, never executed) and :class:`Fields`, which names file and field in e
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from importlib import resources
