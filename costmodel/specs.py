@@ -180,17 +180,26 @@ def resolve(kind: str, id_or_path, field: str) -> Path:
         raise InputError(f"not a valid id or path: {_short(s)}", field=field, allowed=allowed())
     p = Path(s)
     if os.sep in s or "/" in s or s.endswith((".yaml", ".yml", ".json")):
-        if p.is_file():
+        if _path_test(p.is_file):
             return p
         stem = p.stem.lower()
         hint = (f" (the bundled '{stem}' is written without a path: {field}={stem})"
                 if stem in zoo_ids(kind) else "")
-        raise InputError(("not a file" if p.exists() else "file not found") + hint, source=s, field=field)
+        raise InputError(("not a file" if _path_test(p.exists) else "file not found") + hint, source=s, field=field)
     cand = zoo_dir(kind) / f"{s.lower()}.yaml"
-    if cand.is_file():
+    if _path_test(cand.is_file):
         return cand
     ids = zoo_ids(kind)
     raise InputError(f"unknown id {_short(s)}{suggest(s.lower(), ids)}", field=field, allowed=allowed())
+
+
+def _path_test(test) -> bool:
+    """``Path.is_file`` / ``Path.exists``, False where the OS refuses the name itself (e.g. a name
+    too long: ENAMETOOLONG, which pathlib raises instead of answering False)."""
+    try:
+        return test()
+    except OSError:
+        return False
 
 
 MAX_SPEC_INT = 2 ** 53

@@ -374,3 +374,12 @@ def test_real_process_hostile_yaml_exit_2_nothing_run(tmp_path):
     assert "evil.yaml" in p.stderr and "line 2" in p.stderr and "Traceback" not in p.stderr
     assert not marker.exists()
     assert sorted(x.name for x in tmp_path.iterdir()) == ["evil.yaml"]
+
+
+def test_overlong_id_is_an_input_error_not_a_crash(capsys):
+    # pathlib raises OSError (ENAMETOOLONG) for a 500-character name instead of answering False
+    from costmodel.cli import main as cli_main
+    assert cli_main(["eval", "model=" + "x" * 500 + ".yaml", "hardware=t4", "batch_size=1", "prompt_len=8"]) == 2
+    assert cli_main(["eval", "model=llama-2-7b", "hardware=" + "y" * 500, "batch_size=1", "prompt_len=8"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
