@@ -28,6 +28,3 @@ def score_bytes(ex: Exec, pairs) -> np.ndarray:
         return np.zeros_like(np.asarray(pairs, dtype=float))
     return 4.0 * ex.heads_per_device * np.asarray(pairs, dtype=float)
 
-
-def total(breakdown: dict) -> np.ndarray:
-    return sum(np.asarray(v, dtype=float) for v in breakdown.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..roofline import pass_cost
-from .common import Ctx, Outcome, decode_shape, per_layer_scores_prefill, prefill_cost, target_memory, \
+from .common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
     with_step_overhead
 
 
@@ -24,7 +24,7 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     P = ctx.P if P is None else np.asarray(P, dtype=float)
     L = P + ctx.G / 2.0
     step = ar_step(ctx, B, P)
-    mem = target_memory(ex, B * (P + ctx.G), [(B * np.maximum(P, 1), B, per_layer_scores_prefill(ctx, B, P)),
+    mem = target_memory(ex, B * (P + ctx.G), [prefill_memory_pass(ctx, B, P),
                                              (B, B, B * (L + 1))])
     return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B * np.ones_like(step.time_s),
                    prefill=prefill_cost(ctx, B, P), memory=mem,

@@ -103,8 +103,16 @@ def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
     }
 
 
-def per_layer_scores_prefill(ctx: Ctx, B=None, P=None):
-    """Attention pairs of one prefill layer per device (for unfused score memory): B·P² (full block)."""
-    B = ctx.B if B is None else B
+def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
+    """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
+    the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
+    ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
+    return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
+
+
+def prefill_memory_pass(ctx: Ctx, B=None, P=None) -> tuple:
+    """(tokens, lm_tokens, pairs) of the prefill for :func:`target_memory`: B·P tokens, logits for the
+    B last tokens, and B·P² attention pairs per layer (the full block an unfused kernel stores)."""
+    B = np.asarray(ctx.B if B is None else B, dtype=float)
     P = np.maximum(ctx.P if P is None else P, 1.0)
-    return np.asarray(B, dtype=float) * P * P
+    return B * P, B, B * P * P

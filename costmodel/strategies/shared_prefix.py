@@ -18,7 +18,7 @@ import numpy as np
 
 from ..ops import PassShape
 from ..roofline import pass_cost
-from .common import Ctx, Outcome, prefill_cost, target_memory, with_step_overhead
+from .common import Ctx, Outcome, l2_hit_fraction, prefill_cost, prefill_memory_pass, target_memory, with_step_overhead
 
 
 def prefix_len(ctx: Ctx):
@@ -31,8 +31,7 @@ def branch_shape(ctx: Ctx, kernel: str) -> PassShape:
     U = ctx.L - Ps                                   # unique tokens per branch (mean over decoding)
     seqs = B * n
     if kernel == "per_branch":
-        ws = B * Ps * ex.kv_bytes_per_token_layer
-        hit = np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
+        hit = l2_hit_fraction(ex, B * Ps)
         rereads = B * Ps * (n - 1.0)
         return PassShape(tokens=seqs, pairs=seqs * (ctx.L + 1.0), kv_hbm_tokens=seqs * U + B * Ps + rereads * (1 - hit),
                          kv_l2_tokens=rereads * hit, lm_tokens=seqs)
@@ -51,7 +50,7 @@ def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
     step = with_step_overhead(pass_cost(shape, ex), ex)
     U_peak = ctx.L_peak - Ps
     stored = B * (Ps + n * U_peak)
-    mem = target_memory(ex, stored, [(B * np.maximum(ctx.P, 1), B, B * np.maximum(ctx.P, 1) ** 2),
+    mem = target_memory(ex, stored, [prefill_memory_pass(ctx),
                                       (shape.tokens, shape.lm_tokens, shape.pairs)])
     unshared = B * n * ctx.L_peak * ex.kv_bytes_per_token_device * ex.tp * ex.pp
     ones = np.ones_like(step.time_s)

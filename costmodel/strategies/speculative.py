@@ -19,7 +19,7 @@ import numpy as np
 from .. import acceptance, memory
 from ..parallel import draft_link, transfer_time_s
 from ..roofline import Cost, comm_cost, pass_cost
-from .common import Ctx, Outcome, decode_shape, per_layer_scores_prefill, prefill_cost, target_memory, \
+from .common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
     with_step_overhead
 
 
@@ -143,7 +143,7 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     tps = tokens_per_step(ctx, g)
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)
-    mem = target_memory(ex, kv_tokens, [(B * np.maximum(ctx.P, 1), B, per_layer_scores_prefill(ctx)),
+    mem = target_memory(ex, kv_tokens, [prefill_memory_pass(ctx),
                                         (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))])
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     dmem = draft_memory(ctx, draft, d_kv_tokens)

@@ -27,7 +27,7 @@ from ..model import Model
 from ..ops import Exec, Op, PassShape
 from ..roofline import Cost, pass_cost
 from ..tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
-from .common import Ctx, Outcome, per_layer_scores_prefill, prefill_cost, target_memory, with_step_overhead
+from .common import Ctx, Outcome, l2_hit_fraction, prefill_memory_pass, prefill_cost, target_memory, with_step_overhead
 from .speculative import draft_memory, _draft_prefill, link_transfer, combine
 
 
@@ -82,8 +82,7 @@ def verify_shape(ctx: Ctx, tr: Tree, kernel: str, extra_ops) -> PassShape:
         paths = tr.leaf_path_lengths.astype(float)
         n_br = float(len(paths))
         ex = ctx.ex
-        ws = B * L * ex.kv_bytes_per_token_layer
-        hit = np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
+        hit = l2_hit_fraction(ex, B * L)
         rereads = B * L * (n_br - 1.0)
         return PassShape(tokens=B * paths.sum(), pairs=B * float((paths * (paths + 1) / 2).sum()) + B * L * paths.sum(),
                          kv_hbm_tokens=B * L + rereads * (1.0 - hit), kv_l2_tokens=rereads * hit,
@@ -128,7 +127,8 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
     ex, B, L = ctx.ex, ctx.B, ctx.L
     d_ex, kind = resolve_draft(ctx, draft)
     extra = medusa_ops(ex, max(tr.depth, 1), B) if kind == "medusa" else []
-    verify = pass_cost(verify_shape(ctx, tr, ctx.rec.attention_kernel, extra), ex)
+    vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
+    verify = pass_cost(vs, ex)
     dcost = Cost.zero()
     if d_ex is not None:
         Ld = L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
@@ -138,8 +138,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
     step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex)
     q = tr.n_nodes + 1.0
     kv_tokens = B * (ctx.L_peak + q)
-    vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, [])
-    mem = target_memory(ex, B * ctx.L_peak, [(B * np.maximum(ctx.P, 1), B, per_layer_scores_prefill(ctx)),
+    mem = target_memory(ex, B * ctx.L_peak, [prefill_memory_pass(ctx),
                                              (vs.tokens, vs.lm_tokens, vs.pairs)])
     mem["tree_scratch"] = (kv_tokens - B * ctx.L_peak) * ex.kv_bytes_per_token_device
     if kind == "medusa":
