@@ -4,8 +4,12 @@ Nothing here defines physics: the roofline terms are :func:`costmodel.roofline.o
 pass is :func:`costmodel.roofline.reference_pass_cost`. This module computes the same thing with
 the same floating-point operations in the same order (so results are bit-identical) but fewer
 array passes: a scalar path in Python floats for single configurations, in-place accumulation,
-skipped +0.0 contributions and max/argmax without stacking for arrays. Any NaN, negative or -0.0
-term falls back to the plain numpy path. tests/test_sweep.py checks it against the reference.
+skipped +0.0 contributions and max/argmax without stacking for arrays; an affine operator
+(:class:`costmodel.ops.AffineOp`, a GEMM or an elementwise kernel) whose binding term wins by a
+margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`); a small
+term that nowhere exceeds the running maximum is skipped after two reductions; a pass whose host
+time is below its device time everywhere skips the zero wait. Any NaN, negative or -0.0 term
+falls back to the plain numpy path. tests/test_sweep.py checks it against the reference.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import math
 
 import numpy as np
 
-from .ops import Exec, PassShape, kernel_count, layer_ops
-from .roofline import BOUNDS, Cost, _DeferredWork, _OP_BOUND_NAMES, _RECORD_OPS, _compute_term, op_terms
+from .ops import AffineOp, Exec, PassShape, kernel_count, layer_ops
+from .roofline import BOUNDS, Cost, _DeferredWork, _OP_BOUND_NAMES, _RECORD_OPS, _compute_term, op_terms, \
+    summation_order
 
 
 def _bcast(a, shape):
@@ -85,6 +90,7 @@ def _max_argmax(terms, first_is_new: bool = False):
         return np.float64(m), np.intp(fl.index(m))
     m, idx, checked = terms[0], None, None
     m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
+    low = None                                          # (m, min of m) once computed
     for i in range(1, len(terms)):
         t = terms[i]
         if t.ndim == 0 and float(t) == 0.0 and math.copysign(1.0, float(t)) > 0.0:
@@ -93,6 +99,14 @@ def _max_argmax(terms, first_is_new: bool = False):
                     return None
                 checked = m
             continue
+        if 8 * t.size <= m.size:
+            # a small term (a constant launch time, say) that nowhere exceeds the running maximum
+            # changes neither the maximum (np.maximum keeps m where t <= m) nor the index (t > m is
+            # false everywhere): two reductions instead of three full passes. A NaN fails the test.
+            if low is None or low[0] is not m:
+                low = (m, float(np.min(m)))
+            if float(np.max(t)) <= low[1]:
+                continue
         gt = t > m
         if m_new and m.ndim and gt.shape == m.shape:
             m = np.maximum(m, t, out=m)
@@ -155,6 +169,71 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
     return stack.max(axis=0), stack.argmax(axis=0)
 
 
+#: relative margin by which a term must beat every other at both ends of the range (see _dominant_term)
+_DOMINANCE_MARGIN = 1e-9
+#: below this many elements the plain path costs less than the check's Python (small decode arrays)
+_DOMINANCE_MIN_SIZE = 2048
+
+
+def _ends(x):
+    """(flat index of the minimum, flat index of the maximum) of an operator's array ``x``; None
+    for a scalar, a small array or a NaN (argmin/argmax stop at a NaN)."""
+    if type(x) is not np.ndarray or x.size < _DOMINANCE_MIN_SIZE:
+        return None
+    lo, hi = int(np.argmin(x)), int(np.argmax(x))
+    if not (x.flat[lo] == x.flat[lo] and x.flat[hi] == x.flat[hi]):
+        return None
+    return lo, hi
+
+
+def _dominant_term(op: AffineOp, ex: Exec, ends):
+    """(seconds, bound index) of an operator whose work is affine in its array x (FLOPs f1·x,
+    bytes h0 + h1·x: :class:`costmodel.ops.AffineOp`) when one roofline term beats every other by
+    a relative margin at both ends of x's range; else None.
+
+    Each term is affine in x, so term_k − (1 + margin)·term_j is too: positive at both ends, it is
+    positive on the whole range, far above the few ulps of rounding in evaluating either term.
+    Then max(terms) is term_k itself, element for element, and the first argmax is k: the result
+    of :func:`_op_time`, without the other terms, the comparisons or the max. The ends are
+    evaluated with the same expressions as the arrays (AffineOp), on Python floats."""
+    lo, hi = ends
+    vals = (op.f1, op.h0, op.h1, op.l2_bytes, op.comm_s, op.dequant_flops)
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in vals):
+        return None
+    peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
+    peak_v, bw, l2bw = ex.vector_flops_per_s, ex.hbm_bytes_per_s, ex.hw.l2_bandwidth_bytes_per_s
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in (peak, peak_v, bw, l2bw)) or \
+            not (peak > 0.0 and bw > 0.0 and l2bw > 0.0 and peak_v > 0.0):
+        return None
+    f1, h0, h1, l2, cm, dq = (float(v) for v in vals)
+    k = None
+    for i in (lo, hi):
+        x = float(op.x.flat[i])
+        h = h0 + h1 * x
+        terms = (f1 * x / peak + dq / peak_v, h / bw, (h + l2) / l2bw, cm)
+        if not all(t >= 0.0 and t < math.inf for t in terms):
+            return None
+        best = max(range(4), key=terms.__getitem__)
+        if k is None:
+            k = best
+        if best != k or not all(terms[k] > terms[j] * (1.0 + _DOMINANCE_MARGIN) for j in range(4) if j != k):
+            return None
+    if k == 0:
+        t = _compute_term(op, ex)
+    elif k == 1:
+        t = np.asarray(op.hbm_bytes, dtype=float) / bw
+    elif k == 2:
+        t = (np.asarray(op.hbm_bytes, dtype=float) + op.l2_bytes) / l2bw
+    else:
+        t = np.asarray(op.comm_s, dtype=float)
+    t = np.asarray(t, dtype=float)
+    if t.shape != op.x.shape:                  # a constant term: the reference broadcasts it
+        t = np.array(np.broadcast_to(t, op.x.shape))
+    elif t is op.comm_s:
+        t = t.copy()
+    return t, np.intp(k)
+
+
 def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     """Cost of one forward pass of ``shape`` on ``ex`` (see module docstring).
 
@@ -170,11 +249,23 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     record = _RECORD_OPS.get()
     acc = [None, None, None, None]          # None: still the initial 0.0
     own = [False, False, False, False]
-    work = []                               # (flops, hbm_bytes, count) per operator, summed on demand
+    work = []                               # the operators, their work summed on demand
     rows = []
     l2_ok = _l2_not_slower(ex)              # depends on ex only: once per pass, not per operator
-    for op in ops:
-        t, idx = _op_time(op, ex, l2_ok)
+    ends = {}                               # id(x) -> (x, the ends of its range) for affine operators
+    order = summation_order(ops)
+    if record:
+        rows = [None] * len(ops)
+    for j in order:
+        op = ops[j]
+        fast = None
+        if type(op) is AffineOp:
+            e = ends.get(id(op.x))
+            if e is None or e[0] is not op.x:
+                e = ends[id(op.x)] = (op.x, _ends(op.x))
+            if e[1] is not None:
+                fast = _dominant_term(op, ex, e[1])
+        t, idx = fast if fast is not None else _op_time(op, ex, l2_ok)
         cnt = op.count
         # t is _op_time's own new array: scale it in place
         tc = np.multiply(t, cnt, out=t) if type(t) is np.ndarray and t.ndim else t * cnt
@@ -197,12 +288,12 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
             elif not own[i] or type(a) is not np.ndarray or a.shape != shp:
                 a = np.array(np.broadcast_to(a, shp), dtype=float)
             acc[i], own[i] = np.add(a, tc, out=a, where=mask), True
-        f = np.asarray(op.flops, dtype=float)
-        h = np.asarray(op.hbm_bytes, dtype=float)
-        work.append((f, h, cnt))
+        work.append(op)                     # its FLOPs and bytes: read when the totals are
         if record:
-            rows.append((op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
-                         _OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))]))
+            f = np.asarray(op.flops, dtype=float)
+            h = np.asarray(op.hbm_bytes, dtype=float)
+            rows[j] = (op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
+                       _OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))])
     kernels = kernel_count(shape, ex)
     gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
     device_s = 0
@@ -216,10 +307,17 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     device_s, d_own = _add(device_s, d_own, kernels * gap) if d_own else (device_s + kernels * gap, True)
     host_s = kernels * ex.rt.host_per_kernel_s
     launch = 0.0 + kernels * gap
-    wait = host_s - device_s
-    wait = np.maximum(wait, 0.0, out=wait) if isinstance(wait, np.ndarray) and wait.ndim else np.maximum(wait, 0.0)
-    launch = launch + wait
-    time, _ = _add(device_s, d_own, wait)
+    if np.ndim(host_s) == 0 and type(device_s) is np.ndarray and device_s.ndim and \
+            float(np.min(device_s)) > float(host_s):
+        # the host keeps ahead everywhere (min propagates a NaN, which fails the test): the wait
+        # max(host − device, 0) is +0.0 in every element, and adding +0.0 leaves the device time
+        # (> 0) and the launch time (+0.0 or more) as they are
+        time = device_s
+    else:
+        wait = host_s - device_s
+        wait = np.maximum(wait, 0.0, out=wait) if isinstance(wait, np.ndarray) and wait.ndim else np.maximum(wait, 0.0)
+        launch = launch + wait
+        time, _ = _add(device_s, d_own, wait)
     shp = np.shape(time)
     by = {b: _bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
     by["launch"] = _bcast(launch, shp)
@@ -231,7 +329,8 @@ def _work_totals(work, tp, shp):
     """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times tp."""
     flops = hbm = 0.0
     f_own = h_own = False
-    for f, h, cnt in work:
+    for op in work:
+        f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
         flops, f_own = _add(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
@@ -250,13 +349,26 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
     record = _RECORD_OPS.get()
     acc = [0.0, 0.0, 0.0, 0.0]
     flops = hbm = 0.0
-    rows = []
+    rows = [None] * len(ops) if record else []
     copysign = math.copysign
-    for op in ops:
-        fl, hb, l2, cm = op.flops, op.hbm_bytes, op.l2_bytes, op.comm_s
-        if getattr(fl, "ndim", 0) or getattr(hb, "ndim", 0) or getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
-            return None
-        f, h = float(fl), float(hb)
+    for j in summation_order(ops):
+        op = ops[j]
+        l2, cm = op.l2_bytes, op.comm_s
+        if type(op) is AffineOp:
+            x = op.x
+            if getattr(x, "ndim", 0) or getattr(op.f1, "ndim", 0) or getattr(op.h0, "ndim", 0) \
+                    or getattr(op.h1, "ndim", 0):
+                return None                 # an array pass (checked before its arrays are built)
+            # AffineOp's flops and hbm_bytes, f1·x and h0 + h1·x, on Python floats
+            xf = float(x)
+            f, h = float(op.f1) * xf, float(op.h0) + float(op.h1) * xf
+            if getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
+                return None
+        else:
+            fl, hb = op.flops, op.hbm_bytes
+            if getattr(fl, "ndim", 0) or getattr(hb, "ndim", 0) or getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
+                return None
+            f, h = float(fl), float(hb)
         c = f / (peak_v if op.kind == "vector" else peak_m)
         dq = op.dequant_flops
         if not (type(dq) is float and dq == 0.0):
@@ -275,8 +387,8 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
         flops = flops + f * cnt
         hbm = hbm + (h + 0.0) * cnt
         if record:
-            rows.append((op.name, np.float64(f * cnt * ex.tp), np.float64(h * cnt * ex.tp), np.float64(tc),
-                         _OP_BOUND_NAMES[i]))
+            rows[j] = (op.name, np.float64(f * cnt * ex.tp), np.float64(h * cnt * ex.tp), np.float64(tc),
+                         _OP_BOUND_NAMES[i])
     kernels = kernel_count(shape, ex)
     if getattr(kernels, "ndim", 0):
         return None

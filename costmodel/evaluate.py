@@ -157,20 +157,21 @@ def finalize(ctx: Ctx, out) -> dict:
     # unbroadcast τ, gives the same elementwise quotients without a full-size pass
     tps_c = np.asarray(out.tokens_per_step, dtype=float)
     tps = _bc(tps_c, shape)
-    seqs = np.asarray(_bc(out.n_seqs, shape), dtype=float)
+    seqs_c = np.asarray(out.n_seqs, dtype=float)
+    seqs = _bc(seqs_c, shape)
     mem_t = {k: _bc(np.asarray(v, dtype=float), shape) for k, v in out.memory.items()}
     peak = _sum_all(mem_t.values())
     if out.other_device_memory:
         other = sum(_bc(np.asarray(v, dtype=float), shape) for v in out.other_device_memory.values())
         peak = np.maximum(peak, other)
     ttft = out.prefill.time_s
-    seq_tokens = seqs * tps_c            # tokens per step over all sequences (computed once, used twice)
+    seq_tokens = seqs_c * tps_c          # tokens per step over all sequences (unbroadcast; used thrice)
     res = {
         "fits": peak <= ex.hw.usable_bytes,
         "step_latency_s": lat,
         "tokens_per_step": tps,
         "tokens_per_s_per_seq": tps_c / lat,
-        "tokens_per_s": seqs * tps_c / lat,
+        "tokens_per_s": seq_tokens / lat,
         "time_per_output_token_s": lat / tps_c,
         "ttft_s": _bc(ttft, shape),
         "e2e_latency_s": ttft + (ctx.G - 1.0) / tps_c * lat,   # G, τ unbroadcast: same values

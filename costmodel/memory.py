@@ -19,12 +19,12 @@ def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
     m, tp = ex.model, ex.tp
     t = np.asarray(tokens, dtype=float)
     per_token = 2 * m.d_model + (m.q_dim + 2 * m.kv_dim) / tp + m.q_dim / tp + 3 * m.d_ff / tp
-    return t * per_token * ex.act_bytes + np.asarray(lm_tokens, dtype=float) * m.vocab_size / tp * 4.0
+    return t * (per_token * ex.act_bytes) + np.asarray(lm_tokens, dtype=float) * (m.vocab_size / tp * 4.0)
 
 
 def score_bytes(ex: Exec, pairs) -> np.ndarray:
     """One layer's materialised fp32 attention scores (0 with a fused kernel)."""
     if ex.rt.fused_attention:
-        return np.zeros_like(np.asarray(pairs, dtype=float))
+        return np.float64(0.0)
     return 4.0 * ex.heads_per_device * np.asarray(pairs, dtype=float)
 

@@ -47,11 +47,63 @@ class Exec:
     kv_dtype: str = "fp16"
     tp: int = 1
     pp: int = 1
-    allreduce_algorithm: str = "ring"     # 'ring', 'tree' or 'auto' (the faster; parallel.allreduce_time_s)
+    allreduce_algorithm: str = "auto"     # 'auto' (default: the faster per message), 'ring' or 'tree' (parallel.allreduce_time_s)
+
+    @property
+    def quantised(self) -> bool:
+        """Weight-only int8/int4: stored in the runtime's quantised format (dtypes module docstring)."""
+        return self.weight_dtype in dtypes.QUANTISED
+
+    def w_bytes_for(self, d_in) -> float:
+        """Bytes per weight of a quantised decoder matrix with input dimension ``d_in``: element bytes +
+        the runtime's scale bytes per group / group size (group = ``d_in`` for per-channel scales)."""
+        if not self.quantised:
+            return dtypes.BYTES_PER_ELEMENT[dtypes.check(self.weight_dtype, "weight_dtype")]
+        wd = self.weight_dtype
+        return dtypes.quantised_bytes_per_weight(wd, self.rt.group_size(wd), self.rt.scale_bytes_per_group(wd), d_in)
 
     @functools.cached_property
     def w_bytes(self) -> float:
-        return dtypes.weight_bytes_per_param(self.weight_dtype)
+        """Bytes per decoder-layer weight, scales included (per-channel scales taken at d_in = d_model)."""
+        return self.w_bytes_for(self.model.d_model)
+
+    @functools.cached_property
+    def lm_head_w_bytes(self) -> float:
+        """Bytes per LM-head weight: the runtime's LM-head format, the activation dtype when the runtime
+        leaves the head unquantised (``Runtime.quantize_lm_head``), else the body's format."""
+        if not self.quantised:
+            return self.w_bytes
+        if not self.rt.quantize_lm_head:
+            return self.act_bytes
+        own = self.rt.lm_head_bytes_per_weight(self.weight_dtype)
+        return self.w_bytes if own is None else float(own)
+
+    @functools.cached_property
+    def embedding_w_bytes(self) -> float:
+        """Bytes per token-embedding weight; a tied embedding is the LM head's tensor and takes its format."""
+        if self.model.tied_embeddings:
+            return self.lm_head_w_bytes
+        if self.quantised and not self.rt.quantize_embedding:
+            return self.act_bytes
+        return self.w_bytes
+
+    def weight_bytes_total(self) -> float:
+        """Weights of the whole model (all devices, no TP replication): decoder matrices in the quantised
+        format (scale bytes per matrix at its own d_in), norms in the activation dtype when quantised,
+        token embedding and (untied) LM head in their own formats (``embedding_w_bytes``,
+        ``lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes."""
+        m = self.model
+        if not self.quantised:
+            return m.n_params * self.w_bytes
+        d, ff = m.d_model, m.n_experts * m.expert_params
+        down = m.n_experts * m.d_model * m.d_ff           # the FFN's down projection has d_in = d_ff
+        router = m.d_model * m.n_experts if m.n_experts > 1 else 0
+        layer = ((m.attn_params_per_layer - m.q_dim * d + router) * self.w_bytes_for(d)
+                 + m.q_dim * d * self.w_bytes_for(m.q_dim)
+                 + (ff - down) * self.w_bytes_for(d) + down * self.w_bytes_for(m.d_ff)
+                 + 2 * d * self.act_bytes)
+        head = 0.0 if m.tied_embeddings else m.lm_head_params * self.lm_head_w_bytes
+        return m.n_layers * layer + m.embedding_params * self.embedding_w_bytes + head + d * self.act_bytes
 
     @functools.cached_property
     def kv_elem_bytes(self) -> float:
@@ -108,10 +160,11 @@ class Exec:
 
         When kv_heads < tp each device keeps ceil(kv/tp) KV heads, so the group holds
         (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise).
+        Bytes per tensor as in :meth:`weight_bytes_total`.
         """
         m = self.model
         extra = (self.kv_heads_per_device * self.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
-        return (m.n_params + extra) * self.w_bytes / (self.tp * self.pp)
+        return (self.weight_bytes_total() + extra * self.w_bytes) / (self.tp * self.pp)
 
 
 @dataclass
@@ -131,6 +184,46 @@ class Op:
     dequant_flops: object = 0.0
 
 
+_LAZY = object()
+
+
+class AffineOp(Op):
+    """An operator whose work is affine in one array ``x`` of the pass (its tokens):
+    FLOPs = f1·x, HBM bytes = h0 + h1·x. The arrays are built on first read (a prefill's work
+    totals are never read, and a compute-bound GEMM's time needs only its FLOPs), and the
+    roofline can settle the binding term from the two ends of x's range
+    (``_roofline_fast._dominant_term``). Assigning ``flops`` or ``hbm_bytes`` stores that value."""
+
+    def __init__(self, name, kind, count, x, f1, h0, h1, dequant_flops=0.0, group="layer"):
+        # Op's fields set directly (l2_bytes and comm_s keep Op's class defaults, 0.0): this runs
+        # dozens of times per evaluate()
+        self.name, self.kind, self.count, self.group, self.dequant_flops = name, kind, count, group, dequant_flops
+        self.x, self.f1, self.h0, self.h1 = x, f1, h0, h1
+        self._flops = self._hbm = _LAZY
+
+    @property
+    def flops(self):
+        v = self._flops
+        if v is _LAZY:
+            v = self._flops = self.f1 * self.x
+        return v
+
+    @flops.setter
+    def flops(self, v):
+        self._flops = v
+
+    @property
+    def hbm_bytes(self):
+        v = self._hbm
+        if v is _LAZY:
+            v = self._hbm = self.h0 + self.h1 * self.x
+        return v
+
+    @hbm_bytes.setter
+    def hbm_bytes(self, v):
+        self._hbm = v
+
+
 @dataclass
 class PassShape:
     """What one pass computes, per device and summed over the batch (arrays)."""
@@ -146,13 +239,16 @@ class PassShape:
 
 
 def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
-    """2·params·tokens FLOPs; weights once plus activations in and out; weight-only quantised weights
-    are dequantised once per pass on the vector units (params · dequant_flops_per_weight)."""
+    """2·params·tokens FLOPs; weights once (in the runtime's stored format, scales included: the
+    ``lm_head`` in ``Exec.lm_head_w_bytes``, the others in ``Exec.w_bytes_for(d_in)``) plus activations
+    in and out; weight-only quantised weights are dequantised once per pass on the vector units
+    (params · dequant_flops_per_weight; none for an LM head the runtime keeps unquantised)."""
     t = np.asarray(tokens, dtype=float)
-    dq = ex.dequant_flops_per_weight
-    return Op(name, "matrix", ex.model.n_layers if count is None else count, flops=2.0 * params * t,
-              hbm_bytes=params * ex.w_bytes + t * (d_in + d_out) * ex.act_bytes,
-              dequant_flops=params * dq if dq else 0.0)
+    head = name == "lm_head"
+    w = ex.lm_head_w_bytes if head else ex.w_bytes_for(d_in)
+    dq = 0.0 if head and not ex.rt.quantize_lm_head else ex.dequant_flops_per_weight
+    return AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
+                    h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
 
 
 def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
@@ -162,12 +258,12 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     L = m.n_layers
     d, q_dim, kv_dim_dev = m.d_model, m.q_dim / tp, ex.kv_heads_per_device * m.head_dim
     ops = [
-        Op("norm_rope_residual", "vector", L, flops=12.0 * d * t, hbm_bytes=6.0 * d * t * act),
+        AffineOp("norm_rope_residual", "vector", L, t, f1=12.0 * d, h0=0.0, h1=6.0 * d * act),
         gemm("qkv_proj", d * (q_dim + 2 * kv_dim_dev), t, d, q_dim + 2 * kv_dim_dev, ex),
     ]
     kv_tok = ex.kv_bytes_per_token_layer
     writes = t if shape.kv_write_tokens is None else np.asarray(shape.kv_write_tokens, dtype=float)
-    attn_hbm = np.asarray(shape.kv_hbm_tokens, dtype=float) * kv_tok + writes * kv_tok + 2.0 * t * q_dim * act
+    attn_hbm = (np.asarray(shape.kv_hbm_tokens, dtype=float) + writes) * kv_tok + t * (2.0 * q_dim * act)
     attn_flops = 4.0 * ex.heads_per_device * m.head_dim * np.asarray(shape.pairs, dtype=float)
     if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
         attn_hbm = attn_hbm + 2.0 * 4.0 * ex.heads_per_device * np.asarray(shape.pairs, dtype=float)
@@ -186,7 +282,7 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
         ops.append(gemm("router", d * e, t, d, e, ex))
     else:
         ops.append(gemm("ffn", m.expert_params / tp, t, d, d, ex))
-    ops.append(Op("ffn_activation", "vector", L, flops=4.0 * ff * t, hbm_bytes=3.0 * ff * t * act))
+    ops.append(AffineOp("ffn_activation", "vector", L, t, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
     if tp > 1:
         from .parallel import allreduce_time_s, tp_link
         msg = t * d * act
@@ -198,9 +294,9 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
         ops.append(Op("pp_handoff", "comm", 1, hbm_bytes=0.0, group="pass",
                       comm_s=pipeline_handoff_s(t, lm_t, d, act, ex.hw, tp, ex.pp)))
     vocab = m.vocab_size / tp
-    ops.append(Op("embedding", "vector", 1, flops=0.0 * t, hbm_bytes=2.0 * t * d * act, group="pass"))
+    ops.append(AffineOp("embedding", "vector", 1, t, f1=0.0, h0=0.0, h1=2.0 * d * act, group="pass"))
     head = gemm("lm_head", vocab * d, lm_t, d, 0, ex, count=1)
-    head.hbm_bytes = head.hbm_bytes + lm_t * vocab * 4.0
+    head.h1 = head.h1 + vocab * 4.0           # fp32 logits written
     head.group = "pass"
     ops.append(head)
     ops.extend(shape.extra_ops)

@@ -14,7 +14,8 @@ attention output projection and after the FFN), over the TP group's link:
 
     ring (Patarasuk & Yuan 2009; NCCL ring):      t = 2(n − 1)·α + 2(n − 1)/n · S/β
     tree (NCCL double binary tree):              t = 2·log2(n)·α + 2·S/β
-    auto (what NCCL's tuner does: per message, the algorithm with the lower modelled time):
+    auto (the default of a record's ``allreduce_algorithm``; what NCCL's tuner does: per message,
+          the algorithm with the lower modelled time):
                                                   t = min(ring, tree)   — tree below S ≈ 32·α·β at n = 8
 
 ``tokens`` is every query token of the pass: B for plain decoding, B·(γ+1) for chain

@@ -322,9 +322,12 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_res: dict) -> str:
     cost = b["step_latency_s"] / ar["step_latency_s"]
     q = b["config"].get("tree_nodes", b["config"].get("gamma", 0)) + 1
     what = "verification of" if best == "speculative" else "verifying a tree of"
-    return (head + f"; {what} {q} tokens is nearly free there: a step of {best} ({_cfg_text(b['config'])}) "
+    how = ("is nearly free there" if bound != "compute" else
+           "is paid almost in full here, but the step's fixed costs (launches, host overhead, weight reads) "
+           "are shared by more tokens")
+    return (head + f"; {what} {q} tokens {how}: a step of {best} ({_cfg_text(b['config'])}) "
             f"costs {cost:.2f}× an AR step (draft included) and yields {b['tokens_per_step']:.2f} tokens "
-            f"→ {b['speedup_vs_ar']:.2f}× AR")
+            f"→ {_r(b['speedup_vs_ar'])}× AR")
 
 
 def _cfg_text(cfg: dict) -> str:

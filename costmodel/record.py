@@ -58,7 +58,7 @@ class Record:
     n_branches: int = 1
     shared_prefix_len: int = 0
     power_mode: str | None = None
-    allreduce_algorithm: str = "ring"
+    allreduce_algorithm: str = "auto"
 
     def replace(self, **kw) -> "Record":
         d = {f.name: getattr(self, f.name) for f in fields(self)}

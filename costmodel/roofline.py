@@ -155,25 +155,37 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     return _roofline_fast.pass_cost(shape, ex)
 
 
+def summation_order(ops) -> list:
+    """Indices of ``ops`` in the order a pass adds up their times and work: every operator but
+    attention, then attention (each in layer order). A fixed order, so that one configuration and
+    a grid of them give the same sums bit for bit; while decoding, attention is the one operator
+    whose arrays span the whole batch × context grid, and adding it last keeps the other additions
+    on the small per-batch arrays. (``Cost.ops`` keeps the layer order.)"""
+    return ([i for i, op in enumerate(ops) if op.kind != "attention"]
+            + [i for i, op in enumerate(ops) if op.kind == "attention"])
+
+
 def reference_pass_cost(shape: PassShape, ex: Exec, ops=None) -> Cost:
     """The pass as a specification, one array operation at a time (module docstring): each
-    operator's time goes to the bound that binds it; device time = Σ op times + kernels · gap; the
-    host needs kernels · host_per_kernel_s; the pass takes the larger, the wait counted as 'launch'."""
+    operator's time goes to the bound that binds it; device time = Σ op times (in
+    :func:`summation_order`) + kernels · gap; the host needs kernels · host_per_kernel_s; the pass
+    takes the larger, the wait counted as 'launch'."""
     ops = layer_ops(shape, ex) if ops is None else ops
     names = ("compute", "memory", "l2", "interconnect")
     acc = {b: 0.0 for b in BOUNDS}
     flops = hbm = 0.0
-    rows = []
-    for op in ops:
+    rows = [None] * len(ops)
+    for j in summation_order(ops):
+        op = ops[j]
         t, idx = op_time(op, ex)
         idx = np.broadcast_to(idx, np.shape(t))
         for i, b in enumerate(names):
             acc[b] = acc[b] + np.where(idx == i, t, 0.0) * op.count
         flops = flops + np.asarray(op.flops, dtype=float) * op.count
         hbm = hbm + (np.asarray(op.hbm_bytes, dtype=float) + 0.0) * op.count
-        rows.append((op.name, np.asarray(op.flops, float) * op.count * ex.tp,
-                     np.asarray(op.hbm_bytes, float) * op.count * ex.tp, t * op.count,
-                     np.asarray(names, dtype=object)[idx]))
+        rows[j] = (op.name, np.asarray(op.flops, float) * op.count * ex.tp,
+                   np.asarray(op.hbm_bytes, float) * op.count * ex.tp, t * op.count,
+                   np.asarray(names, dtype=object)[idx])
     kernels = kernel_count(shape, ex)
     gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
     device_s = sum(acc[b] for b in names) + kernels * gap

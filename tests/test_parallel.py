@@ -57,15 +57,30 @@ def test_allreduce_formulas_by_hand():
 
 
 def test_tp8_decode_allreduces_match_hand_computation():
-    out = evaluate(dict(L70, n_devices=8), details=True)
+    out = evaluate(dict(L70, n_devices=8, allreduce_algorithm="ring"), details=True)
     # batch 1, q = 1: S = 8192·2 B; 2 all-reduces × 80 layers over NVLink
     per = 14 * 3.14e-6 + 2 * 7 / 8 * 16384 / 3.0e11
     assert per == pytest.approx(4.40556e-5, rel=1e-5)
     assert op_time(out, "allreduce") == pytest.approx(160 * per, rel=1e-9)
     assert out["time_interconnect_s"] == pytest.approx(160 * per, rel=1e-9)
     tree = evaluate(dict(L70, n_devices=8, allreduce_algorithm="tree"))
-    assert tree["time_interconnect_s"] == pytest.approx(160 * (6 * 3.14e-6 + 2 * 16384 / 3.0e11), rel=1e-9)
+    per_tree = 6 * 3.14e-6 + 2 * 16384 / 3.0e11          # 1.884e-5 + 1.09e-7 = 1.895e-5 < 4.406e-5
+    assert tree["time_interconnect_s"] == pytest.approx(160 * per_tree, rel=1e-9)
     assert tree["step_latency_s"] < out["step_latency_s"]
+    # the default is auto (NCCL's per-message choice): a 16 KB message is latency-bound, so the tree
+    default = evaluate(dict(L70, n_devices=8))
+    assert default["time_interconnect_s"] == pytest.approx(160 * per_tree, rel=1e-9)
+
+
+def test_default_allreduce_is_auto_and_switches_to_ring_for_large_messages():
+    # prefill-size messages: batch 64 x 2048 tokens x 8192 x 2 B = 2.1 GB per all-reduce; the ring moves
+    # 2·7/8·S, the tree 2·S, so the bandwidth term decides for the ring (latency terms are µs)
+    kw = dict(L70, n_devices=8, batch_size=64, prompt_len=2048)
+    S = 64 * 2048 * 8192 * 2
+    assert ring(8, S, NV) < 6 * NV.latency_s + 2 * S / NV.bandwidth_bytes_per_s
+    assert evaluate(kw)["ttft_s"] == pytest.approx(evaluate(dict(kw, allreduce_algorithm="ring"))["ttft_s"],
+                                                   rel=1e-9)
+    assert evaluate(kw)["ttft_s"] < evaluate(dict(kw, allreduce_algorithm="tree"))["ttft_s"]
 
 
 def test_tp_never_raises_per_device_weights():
@@ -87,14 +102,14 @@ def test_tp_group_spanning_nodes_pays_the_network():
     assert tp_link(A100, 8) is NV and tp_link(A100, 16) is NET
     # a group that straddles a node boundary (TP5 × PP2: devices 5..9) also pays the network
     assert tp_link(A100, 5, 2) is NET and tp_link(A100, 4, 2) is NV
-    out = evaluate(dict(L70, n_devices=16))
+    out = evaluate(dict(L70, n_devices=16, allreduce_algorithm="ring"))
     assert out["time_interconnect_s"] == pytest.approx(160 * ring(16, 16384, NET), rel=1e-9)
     assert out["bound"] == "interconnect"
 
 
 def test_tree_verification_across_nodes_pays_allreduces_on_every_tree_token():
     kw = dict(L70, n_devices=16, strategy="tree", draft_model="none", tree_width=2, tree_depth=3,
-              acceptance_rate=0.6)
+              acceptance_rate=0.6, allreduce_algorithm="ring")
     out = evaluate(kw)
     q = 2 + 4 + 8 + 1                         # 14 nodes + the root
     assert out["time_interconnect_s"] == pytest.approx(160 * ring(16, q * 16384, NET), rel=1e-9)

@@ -9,6 +9,8 @@ from hypothesis import given, strategies as st
 
 from costmodel import evaluate
 from costmodel.cli import main
+from costmodel.evaluate import build_exec
+from costmodel.record import parse_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = dict(model="llama-2-7b", hardware="a100-80gb", prompt_len=512)
@@ -48,7 +50,15 @@ def test_shared_prefix_per_branch_costs_more_where_l2_is_small():
                   strategy="shared_prefix", n_branches=16, shared_prefix_len=512)
         pb = evaluate(dict(kw, attention_kernel="per_branch"))
         pa = evaluate(dict(kw, attention_kernel="prefix_aware"))
-        assert pb["step_latency_s"] > pa["step_latency_s"], hw
+        # per-branch reads the 8 MiB prefix once per branch: from HBM where the L2 cannot hold it, so it
+        # costs more; where the L2 holds it (L4, A100, H100, ...) the re-reads are L2 hits and the two
+        # kernels move the same HBM bytes: then per-branch costs at least the same device work, while the
+        # prefix-aware (cascade) kernel may pay its extra launches (a tie within a few launches)
+        work_pb = pb["step_latency_s"] - pb["time_launch_s"]
+        work_pa = pa["step_latency_s"] - pa["time_launch_s"]
+        assert work_pb >= work_pa * (1 - 1e-12), hw
+        if build_exec(parse_record(kw)).hw.l2_bytes < 512 * 2 * 4096 * 2:
+            assert pb["step_latency_s"] > pa["step_latency_s"], hw
         penalty[hw] = pb["step_latency_s"] / pa["step_latency_s"]
     assert penalty["a10g"] > penalty["h100-sxm"]
 

@@ -328,3 +328,76 @@ def test_grid_is_refused_exactly_when_a_row_is_invalid():
         else:
             with pytest.raises(InputError):
                 sweep(base, **axes)
+
+
+# ------------------------------------------- affine operators: the binding term from the range's ends
+
+@pytest.mark.parametrize("setup", [
+    dict(model="llama-2-7b", hardware="a100-80gb"),
+    dict(model="llama-68m", hardware="t4", runtime="eager"),
+    dict(model="llama-2-70b", hardware="h100-sxm", n_devices=4, weight_dtype="int4"),
+])
+def test_dominant_term_agrees_with_the_reference_and_fires(setup):
+    """On grids large enough for the shortcut (>= 2048 elements), every operator's (time, bound)
+    equals the stacked max/argmax bit for bit, whether or not the shortcut settled it; and it does
+    settle some (a prefill of 33-64 × 16-16000 tokens: GEMMs compute-bound at both ends, norms
+    memory-bound), so the test exercises it."""
+    from costmodel import _roofline_fast as rf
+    from costmodel.evaluate import build_exec
+    from costmodel.ops import AffineOp, layer_ops
+    from costmodel.record import parse_record
+    from costmodel.roofline import reference_pass_cost, pass_cost
+    from costmodel.strategies.common import decode_shape, prefill_shape
+    ex = build_exec(parse_record(dict(setup, batch_size=1, prompt_len=1)))
+    B = np.arange(33.0, 65.0).reshape(-1, 1)
+    P = np.arange(16.0, 16001.0, 16.0).reshape(1, -1)
+    fired = 0
+    for sh in (prefill_shape(B, P), prefill_shape(B - 32.0, P), decode_shape(B * 40, 5.0, P)):
+        for op in layer_ops(sh, ex):
+            want_t, want_i = _ref_op_time(op, ex)
+            if type(op) is AffineOp and rf._ends(op.x) is not None:
+                got = rf._dominant_term(op, ex, rf._ends(op.x))
+                if got is not None:
+                    fired += 1
+                    assert _bits_equal(got[0], want_t), op.name
+                    assert np.all(np.broadcast_to(got[1], np.shape(want_i)) == want_i), op.name
+        got_c, want_c = pass_cost(sh, ex), reference_pass_cost(sh, ex)
+        for f in ("time_s", "flops", "hbm_bytes"):
+            assert _bits_equal(getattr(got_c, f), getattr(want_c, f)), f
+        for b in want_c.by_bound:
+            assert _bits_equal(np.broadcast_to(got_c.by_bound[b], np.shape(want_c.time_s)),
+                               np.broadcast_to(want_c.by_bound[b], np.shape(want_c.time_s))), b
+    assert fired >= 5
+
+
+def test_dominant_term_declines_near_ties_and_bad_values():
+    """Synthetic affine operators (hypothesis-style random coefficients, but seeded): a crossing
+    inside the range, a tie within the margin, NaN and infinite ends -> None (the plain path);
+    otherwise the shortcut's answer is the stacked max/argmax bit for bit."""
+    from costmodel import _roofline_fast as rf
+    from costmodel.evaluate import build_exec
+    from costmodel.ops import AffineOp
+    from costmodel.record import parse_record
+    ex = build_exec(parse_record(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=1)))
+    peak, bw = ex.matrix_flops_per_s, ex.hbm_bytes_per_s
+    rng = np.random.default_rng(3)
+    x = np.linspace(100.0, 1e6, 4096).reshape(64, 64)
+    # memory-bound at x = 100 (weights dominate), compute-bound at 1e6: the crossing is inside
+    cross = AffineOp("gemm", "matrix", 1, x, f1=2.0 * 1e8, h0=1e8 * 2.0, h1=1.0)
+    assert rf._dominant_term(cross, ex, rf._ends(x)) is None
+    # compute and memory equal at every x (to the last bit of the coefficients): a tie, declined
+    tie = AffineOp("vec", "matrix", 1, x, f1=peak / bw, h0=0.0, h1=1.0)
+    assert rf._dominant_term(tie, ex, rf._ends(x)) is None
+    bad = x.copy()
+    bad[3, 3] = np.nan
+    assert rf._ends(bad) is None
+    inf = x.copy()
+    inf[0, 0] = np.inf
+    assert rf._dominant_term(AffineOp("g", "matrix", 1, inf, f1=2e9, h0=1.0, h1=1.0), ex, rf._ends(inf)) is None
+    for _ in range(200):
+        f1, h0, h1 = 10 ** rng.uniform(0, 12), 10 ** rng.uniform(0, 12) * rng.integers(0, 2), 10 ** rng.uniform(-3, 6)
+        op = AffineOp("r", "matrix", 1, x * rng.uniform(0.5, 2.0), f1=f1, h0=h0, h1=h1)
+        got = rf._dominant_term(op, ex, rf._ends(op.x))
+        if got is not None:
+            want_t, want_i = _ref_op_time(op, ex)
+            assert _bits_equal(got[0], want_t) and np.all(want_i == got[1])

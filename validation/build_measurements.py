@@ -199,7 +199,7 @@ def gpt_fast(r):
     n = int(r["num_devices"])
     note = "A100 power-capped at 330 W (README: ~1700 GB/s effective); gen_len 200 = generate.py default"
     if wd == "int4":
-        note += "; gpt-fast int4 uses groups of 32 (the model's int4 assumes group-128 scales)"
+        note += "; gpt-fast int4 uses groups of 32 with bf16 scale+zero (runtimes/compiled.yaml int4_group_size)"
     out = [dict(id=r["id"], source_group="gpt-fast", metric="tokens_per_s_per_seq", value=r["value"], model=model,
                 hardware="a100-80gb", n_devices=n, weight_dtype=wd, runtime="compiled", batch_size=1, prompt_len=5,
                 gen_len=200, strategy="autoregressive", notes=note)]

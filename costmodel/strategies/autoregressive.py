@@ -26,7 +26,7 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     step = ar_step(ctx, B, P)
     mem = target_memory(ex, B * (P + ctx.G), [prefill_memory_pass(ctx, B, P),
                                              (B, B, B * (L + 1))])
-    return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B * np.ones_like(step.time_s),
+    return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B,
                    prefill=prefill_cost(ctx, B, P), memory=mem,
                    kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp,
-                   weights_total_bytes=ex.model.n_params * ex.w_bytes)
+                   weights_total_bytes=ex.weight_bytes_total())

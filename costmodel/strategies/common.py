@@ -63,7 +63,8 @@ def prefill_shape(B, P) -> PassShape:
     """Prompt processing: B·P tokens, causal attention P(P+1)/2 pairs each, logits for the last token."""
     B = np.asarray(B, dtype=float)
     P = np.maximum(np.asarray(P, dtype=float), 1.0)
-    return PassShape(tokens=B * P, pairs=B * P * (P + 1) / 2.0, kv_hbm_tokens=B * P, lm_tokens=B)
+    tokens = B * P
+    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B)
 
 
 def with_step_overhead(cost: Cost, ex: Exec) -> Cost:
@@ -97,10 +98,18 @@ def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
     return {
         "target_weights": np.asarray(ex.weight_bytes_device()),
         "target_kv": np.asarray(kv_tokens, dtype=float) * ex.kv_bytes_per_token_device,
-        "activations": np.maximum.reduce(np.broadcast_arrays(*[np.asarray(a, dtype=float) for a in acts])),
-        "attention_scores": np.maximum.reduce(np.broadcast_arrays(*[np.asarray(s, dtype=float) for s in scores])),
+        "activations": _largest(acts),
+        "attention_scores": _largest(scores),
         "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),
     }
+
+
+def _largest(values) -> np.ndarray:
+    """Elementwise maximum of arrays that broadcast together (each kept in its own shape)."""
+    out = np.asarray(values[0], dtype=float)
+    for v in values[1:]:
+        out = np.maximum(out, np.asarray(v, dtype=float))
+    return out
 
 
 def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
@@ -115,4 +124,5 @@ def prefill_memory_pass(ctx: Ctx, B=None, P=None) -> tuple:
     B last tokens, and B·P² attention pairs per layer (the full block an unfused kernel stores)."""
     B = np.asarray(ctx.B if B is None else B, dtype=float)
     P = np.maximum(ctx.P if P is None else P, 1.0)
-    return B * P, B, B * P * P
+    # the pairs size only an unfused kernel's score matrix (memory.score_bytes)
+    return B * P, B, (0.0 if ctx.ex.rt.fused_attention else B * (P * P))

@@ -54,6 +54,6 @@ def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
                                       (shape.tokens, shape.lm_tokens, shape.pairs)])
     unshared = B * n * ctx.L_peak * ex.kv_bytes_per_token_device * ex.tp * ex.pp
     ones = np.ones_like(step.time_s)
-    return Outcome(step=step, tokens_per_step=ones, n_seqs=B * n * ones, prefill=prefill_cost(ctx), memory=mem,
-                   kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp, weights_total_bytes=ex.model.n_params * ex.w_bytes,
+    return Outcome(step=step, tokens_per_step=ones, n_seqs=B * n, prefill=prefill_cost(ctx), memory=mem,
+                   kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp, weights_total_bytes=ex.weight_bytes_total(),
                    extras={"kv_cache_bytes_unshared": unshared, "shared_prefix_len": Ps})

@@ -154,8 +154,8 @@ def speculative(ctx: Ctx, draft) -> Outcome:
         other = dict(dmem, activations=memory.activation_bytes(draft, B, B) if draft is not None else 0.0,
                      runtime_overhead=np.asarray(ex.rt.memory_overhead_bytes))
     kv_total = mem["target_kv"] * ex.tp * ex.pp + dmem["draft_kv"]
-    w_total = ex.model.n_params * ex.w_bytes + dmem["draft_weights"]
-    return Outcome(step=step, tokens_per_step=tps, n_seqs=B * np.ones_like(step.time_s),
+    w_total = ex.weight_bytes_total() + dmem["draft_weights"]
+    return Outcome(step=step, tokens_per_step=tps, n_seqs=B,
                    prefill=prefill_cost(ctx) + _draft_prefill(ctx, draft), memory=mem, other_device_memory=other,
                    kv_total_bytes=kv_total, weights_total_bytes=w_total,
                    extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})

@@ -158,9 +158,9 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
         other = dict(dmem, runtime_overhead=np.asarray(ex.rt.memory_overhead_bytes))
     prefill = prefill_cost(ctx) + (_draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero())
     return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
-                   n_seqs=B * np.ones_like(step.time_s), prefill=prefill, memory=mem, other_device_memory=other,
+                   n_seqs=B, prefill=prefill, memory=mem, other_device_memory=other,
                    kv_total_bytes=(mem["target_kv"] + mem["tree_scratch"]) * ex.tp * ex.pp + dmem["draft_kv"],
-                   weights_total_bytes=ex.model.n_params * ex.w_bytes + dmem["draft_weights"],
+                   weights_total_bytes=ex.weight_bytes_total() + dmem["draft_weights"],
                    extras={"tree_nodes": tr.n_nodes, "tree_depth": tr.depth,
                            "tree_parents": list(tr.parents),
                            "draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
