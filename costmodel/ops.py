@@ -4,14 +4,17 @@ A pass runs ``tokens`` query tokens (B sequences × q new tokens, summed) throug
 one device of a tensor-parallel group of ``tp``. Quantities are **per device**; multiply by ``tp``
 for the group. Formulas (per layer unless stated):
 
-* GEMM:       FLOPs = 2 · params · tokens;  HBM bytes = params · w_bytes + tokens·(d_in + d_out)·act_bytes;
+* GEMM:       FLOPs = 2 · params · tokens;  HBM bytes = params · w_bytes + tokens·(d_in + d_out)·act_bytes,
+              w_bytes the runtime's stored format (element + scale bytes per group; the LM head and
+              embedding in their own formats: Exec.w_bytes_for, lm_head_w_bytes, embedding_w_bytes);
               weight-only int8/int4: + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
               once per weight read, independent of tokens), which add to the operator's compute term
 * MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
               L2 bytes = KV tokens re-read from L2
-* all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring or tree, over
+* all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
+              faster per message (auto, the default), over
               parallel.tp_link: the network when the TP group spans nodes)
 * PP hand-off: per pass, pp − 1 activation hand-offs of tokens·d_model·act_bytes plus the sampled ids back
               to the first stage (parallel.pipeline_handoff_s); the pass itself is all layers in sequence,
@@ -263,7 +266,8 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     ]
     kv_tok = ex.kv_bytes_per_token_layer
     writes = t if shape.kv_write_tokens is None else np.asarray(shape.kv_write_tokens, dtype=float)
-    attn_hbm = (np.asarray(shape.kv_hbm_tokens, dtype=float) + writes) * kv_tok + t * (2.0 * q_dim * act)
+    # KV read + (KV written + q and o traffic): the bracket is per batch, the read spans the context
+    attn_hbm = np.asarray(shape.kv_hbm_tokens, dtype=float) * kv_tok + (writes * kv_tok + t * (2.0 * q_dim * act))
     attn_flops = 4.0 * ex.heads_per_device * m.head_dim * np.asarray(shape.pairs, dtype=float)
     if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
         attn_hbm = attn_hbm + 2.0 * 4.0 * ex.heads_per_device * np.asarray(shape.pairs, dtype=float)
