@@ -34,6 +34,10 @@ class Runtime:
     #: vector FLOPs per weight its weight-only int4 / int8 GEMM kernels spend dequantising (ops.gemm)
     dequant_flops_per_weight_int4: float = 0.0
     dequant_flops_per_weight_int8: float = 0.0
+    #: host seconds per speculative or tree step beyond its forward passes: building the candidates and
+    #: the tree mask, judging them (acceptance with a device-to-host sync) and compacting the KV cache;
+    #: the sync keeps it from overlapping the device work, so it adds to the step (0 when not given)
+    spec_step_overhead_s: float = 0.0
     #: how the stack stores weight-only quantised weights (costmodel/dtypes.py): weights per scale group
     #: (None = per output channel) and scale (+ zero point) bytes per group, per quantised dtype
     int4_group_size: int | None = 128
@@ -72,6 +76,10 @@ def parse_runtime(data, src: str) -> Runtime:
         if s is not None:
             vals[k] = s.num("value", min_value=0)
             sources.append((k, s.text("source")))
+    s = f.sub("spec_step_overhead_s", required=False)
+    if s is not None:                   # seconds: a second per step would be a unit mistake
+        vals["spec_step_overhead_s"] = s.num("value", min_value=0, max_value=1.0)
+        sources.append(("spec_step_overhead_s", s.text("source")))
     for dt in ("int4", "int8"):
         s = f.sub(f"{dt}_group_size", required=False)
         if s is not None:

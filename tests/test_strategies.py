@@ -157,3 +157,41 @@ def test_scenarios_all_run_and_walkthrough_lists_the_strategies(capsys):
     main(["run", os.path.join(ROOT, "scenarios", "walkthrough.yaml"), "--format", "json"])
     strategies = {r["strategy"] for r in json.loads(capsys.readouterr().out)["results"]}
     assert {"autoregressive", "speculative", "tree"} <= strategies
+
+
+def test_spec_step_overhead_adds_to_speculative_and_tree_steps_only(tmp_path):
+    """runtimes' spec_step_overhead_s (host bookkeeping per speculation step: candidates, acceptance with a
+    sync, KV compaction) adds exactly its seconds to a speculative or tree step, and nothing to an
+    autoregressive step or to the prefill. Hand check: 2.5 ms on top of the same runtime without it."""
+    from costmodel.specs import resolve
+    base = resolve("runtimes", "eager", "runtime").read_text(encoding="utf-8")
+    keep = "\n".join(line for line in base.splitlines() if not line.startswith("spec_step_overhead_s"))
+    paths = {}
+    for name, extra in (("zero", ""), ("some", "spec_step_overhead_s: {value: 2.5e-3, source: test}")):
+        p = tmp_path / f"{name}.yaml"
+        p.write_text(keep + "\n" + extra + "\n")
+        paths[name] = str(p)
+    recs = [dict(BASE, batch_size=4, strategy="autoregressive"),
+            dict(BASE, batch_size=4, strategy="speculative", draft_model="llama-68m", gamma=4, acceptance_rate=0.7),
+            dict(BASE, batch_size=4, strategy="tree", draft_model="medusa", tree_nodes=16, acceptance_rate=0.6)]
+    for rec in recs:
+        zero = evaluate(dict(rec, runtime=paths["zero"]))
+        some = evaluate(dict(rec, runtime=paths["some"]))
+        extra = 0.0 if rec["strategy"] == "autoregressive" else 2.5e-3
+        assert some["step_latency_s"] == pytest.approx(zero["step_latency_s"] + extra, rel=1e-12), rec["strategy"]
+        assert some["time_launch_s"] == pytest.approx(zero["time_launch_s"] + extra, rel=1e-12)
+        assert some["ttft_s"] == zero["ttft_s"]
+
+
+def test_spec_step_overhead_must_be_seconds(tmp_path):
+    from costmodel import InputError
+    from costmodel.runtime import load_runtime
+    from costmodel.specs import resolve
+    base = resolve("runtimes", "eager", "runtime").read_text(encoding="utf-8")
+    keep = "\n".join(line for line in base.splitlines() if not line.startswith("spec_step_overhead_s"))
+    for bad in ("-1e-3", "5"):
+        p = tmp_path / "rt.yaml"
+        p.write_text(keep + f"\nspec_step_overhead_s: {{value: {bad}, source: x}}\n")
+        with pytest.raises(InputError) as e:
+            load_runtime(str(p))
+        assert "spec_step_overhead_s.value" in str(e.value) and "rt.yaml" in str(e.value)

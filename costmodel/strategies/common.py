@@ -67,8 +67,11 @@ def prefill_shape(B, P) -> PassShape:
     return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B)
 
 
-def with_step_overhead(cost: Cost, ex: Exec) -> Cost:
-    return cost + overhead_cost(np.broadcast_to(ex.rt.step_overhead_s, np.shape(cost.time_s)),
+def with_step_overhead(cost: Cost, ex: Exec, speculative: bool = False) -> Cost:
+    """``cost`` plus the runtime's per-step host work: ``step_overhead_s`` for every step, and for a
+    speculative or tree step also ``spec_step_overhead_s`` (candidates, acceptance, KV compaction)."""
+    seconds = ex.rt.step_overhead_s + ex.rt.spec_step_overhead_s if speculative else ex.rt.step_overhead_s
+    return cost + overhead_cost(np.broadcast_to(seconds, np.shape(cost.time_s)),
                                 np.shape(cost.time_s))
 
 

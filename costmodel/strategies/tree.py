@@ -135,7 +135,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
         for d, n_d in enumerate(tr.level_sizes, start=1):
             shape = PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
             dcost = dcost + pass_cost(shape, d_ex)
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, speculative=True)
     q = tr.n_nodes + 1.0
     kv_tokens = B * (ctx.L_peak + q)
     mem = target_memory(ex, B * ctx.L_peak, [prefill_memory_pass(ctx),
