@@ -104,14 +104,17 @@ def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
                n_branches=get("n_branches"), shared_prefix_len=get("shared_prefix_len"))
 
 
-def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool = True) -> dict:
+def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool = True,
+                    bound_codes: bool = False) -> dict:
     """Vectorised core: ``rec`` fixes the model, hardware and strategy; ``arrays`` maps any of
-    NUMERIC_AXES to numpy arrays that broadcast together. Returns a dict of arrays."""
+    NUMERIC_AXES to numpy arrays that broadcast together. Returns a dict of arrays. With
+    ``bound_codes`` the ``bound`` and ``prefill_bound`` arrays hold int8 indices into
+    ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column)."""
     ex, draft = _execs(rec)
     ctx = make_ctx(rec, ex, arrays)
     func = STRATEGY_FUNCS[rec.strategy]
     out = func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft)
-    res = finalize(ctx, out)
+    res = finalize(ctx, out, bound_codes)
     if rec.strategy == "autoregressive":
         res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
     elif with_baseline:
@@ -140,7 +143,7 @@ def _sum_all(values):
     return total
 
 
-def finalize(ctx: Ctx, out) -> dict:
+def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
     ex = ctx.ex
     step = out.step
     lat = step.time_s
@@ -185,8 +188,8 @@ def finalize(ctx: Ctx, out) -> dict:
         "flops_per_token": step.flops / seq_tokens,
         "hbm_bytes_per_token": step.hbm_bytes / seq_tokens,
         "arithmetic_intensity": step.flops / np.maximum(step.hbm_bytes, 1.0),
-        "bound": step.bound(),
-        "prefill_bound": _bc(out.prefill.bound(), shape),
+        "bound": step.bound_index() if bound_codes else step.bound(),
+        "prefill_bound": _bc(out.prefill.bound_index() if bound_codes else out.prefill.bound(), shape),
         "n_sequences": seqs,
     }
     for b, v in step.by_bound.items():

@@ -62,13 +62,18 @@ class Cost:
 
     def bound(self) -> np.ndarray:
         """Name of the resource with the most attributed time, per element."""
+        return _BOUND_NAMES[self.bound_index()]
+
+    def bound_index(self) -> np.ndarray:
+        """Index into :data:`BOUNDS` of the resource with the most attributed time (the first on a
+        tie), per element: int8, shaped like ``time_s`` (possibly a broadcast view)."""
         shape = np.shape(self.time_s)
         from ._roofline_fast import _bcast, _compact, _max_argmax
         fast = _max_argmax([_compact(_bcast(self.by_bound[b], shape)) for b in BOUNDS])
         if fast is not None:
-            return _BOUND_NAMES[np.broadcast_to(fast[1], shape)]
+            return np.broadcast_to(np.asarray(fast[1], dtype=np.int8), shape)
         stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])
-        return np.asarray(BOUNDS, dtype=object)[np.argmax(stack, axis=0)]
+        return np.argmax(stack, axis=0).astype(np.int8)
 
 
 class _DeferredWork(Cost):

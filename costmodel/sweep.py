@@ -19,8 +19,11 @@ How it is evaluated (DESIGN §6: no Python loop per row):
   :func:`costmodel.evaluate.evaluate_arrays` with the numeric axes as numpy arrays shaped to
   broadcast against each other (batch (n, 1) × prompt (1, m)), so work that depends on one axis
   only is done once per value of that axis. Groups are cut into chunks of ``chunk_rows`` rows
-  (32768 by default: arrays that stay in the CPU cache) along their first numeric axis, evaluated
-  on ``workers`` threads; the per-operator breakdown (``Cost.ops``) is not built.
+  (32768 by default: arrays that stay in the CPU cache) along their first numeric axis; the
+  per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
+  evaluated on forked processes that write into shared output columns (:mod:`costmodel._sweep_fork`:
+  threads do not help, the Python between numpy calls holds the GIL); on platforms without
+  ``fork``, in a process with other threads running, or for several groups, on threads.
 * For token trees the acceptance figures pick the tree's shape, so ``acceptance_rate`` and
   ``mean_accepted_tokens`` are looped over there; ``tree_shape=optimal_for_hardware`` searches a
   tree per configuration and is evaluated row by row.
@@ -47,9 +50,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._sweep_fork import can_fork, evaluate_forked
 from .errors import InputError
 from .evaluate import NUMERIC_AXES, evaluate, evaluate_arrays
-from .roofline import operator_rows
+from .roofline import BOUNDS, operator_rows
 from .record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
@@ -309,8 +313,15 @@ def _kind_of(a) -> str:
     return {"b": "b", "i": "i", "u": "i", "f": "f"}.get(a.dtype.kind, "o")
 
 
+#: text columns that chunks deliver as int8 indices into roofline.BOUNDS (evaluate_arrays(bound_codes=True))
+CODE_KEYS = ("bound", "prefill_bound")
+#: the text of each code; -1 (a row no block wrote) reads as None
+_CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
+
+
 class _Columns:
-    """Grid-shaped output columns, allocated on first write (NaN / None where a block has no value)."""
+    """Grid-shaped output columns, allocated on first write (NaN / None where a block has no value).
+    ``CODE_KEYS`` are kept as int8 codes until :meth:`finish` turns each into text in one pass."""
 
     def __init__(self, shape, multi: bool):
         self.shape = tuple(shape)
@@ -319,8 +330,12 @@ class _Columns:
         self.cols: dict = {}
         self.wheres: dict = {}
         self.written: dict = {}
+        self.coded: set = set()
 
     def put(self, key, where, rows, value):
+        if key in CODE_KEYS:
+            self._put_code(key, where, rows, value)
+            return
         a = self.cols.get(key)
         kind = _kind(value)
         if a is None:
@@ -339,6 +354,20 @@ class _Columns:
         self.written[key] += rows
         if self.multi:
             self.wheres[key].append(where)
+
+    def _put_code(self, key, where, rows, value):
+        a = self.cols.get(key)
+        if a is None:
+            a = np.full(self.shape, -1, dtype=np.int8) if self.multi else np.empty(self.shape, dtype=np.int8)
+            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
+            self.coded.add(key)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            a[where] = value
+        elif isinstance(value, np.ndarray):          # text from a row-by-row block
+            a[where] = np.asarray([BOUNDS.index(v) for v in value.reshape(-1)], dtype=np.int8).reshape(value.shape)
+        else:
+            a[where] = BOUNDS.index(value)
+        self.written[key] += rows
 
     def _widen(self, key, kind):
         a, have = self.cols[key], _kind_of(self.cols[key])
@@ -360,6 +389,9 @@ class _Columns:
 
     def finish(self):
         for key, a in list(self.cols.items()):
+            if key in self.coded:
+                self.cols[key] = _CODE_TEXT[a]
+                continue
             if self.written[key] < self.n and _kind_of(a) in "bi":
                 new = a.astype(float) if _kind_of(a) == "i" else a.astype(object)
                 self._fill_missing(key, new)
@@ -435,6 +467,16 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
     cols = _Columns(shape, len(blocks) > 1)
     done = 0
     tasks = ((b, piece) for b in blocks for piece in _pieces(b, axes, names, chunk_rows))
+    if workers > 1 and len(blocks) == 1 and not blocks[0].rowwise and can_fork():
+        # one group: its chunks on forked processes writing into shared columns (_sweep_fork)
+        tasks = list(tasks)
+        if len(tasks) >= 2 * workers:
+            got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
+                                  progress, total, CODE_KEYS)
+            if got is not None:
+                cols.cols, tasks = got, []
+                cols.written = dict.fromkeys(got, cols.n)
+                cols.coded = {k for k in CODE_KEYS if k in got}
     for (b, (where, rows, _arrays, _rec)), res in _map(_run_piece, tasks, workers):
         for key, v in res.items():
             if key not in axes:
@@ -503,7 +545,7 @@ def _evaluate_piece(rec, arrays) -> dict:
     if arrays is None or not arrays:
         return _flat(evaluate(rec))
     with operator_rows(False):            # the per-operator breakdown is not a column
-        res = evaluate_arrays(rec, arrays)
+        res = evaluate_arrays(rec, arrays, bound_codes=True)
     res.pop("_extras", None)
     res.pop("_step_ops", None)
     out = {}
@@ -549,8 +591,9 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     cluster: ``scheduler`` None starts a ``LocalCluster``; an address such as
     ``"tcp://host:8786"`` or a ``distributed.Client`` uses that cluster).
     ``chunk_rows``: rows per evaluation call (default 32768: arrays that stay in cache) and per
-    Dask task (default 2**20). ``workers``: threads evaluating chunks in process (default: the
-    CPU count, at most 8; 1 = no threads; numpy releases the GIL inside its loops).
+    Dask task (default 2**20). ``workers``: processes (forked, writing into shared columns) or,
+    where forking is not safe, threads evaluating chunks (default: the CPU count, at most 8; 1 =
+    this process alone); see the module docstring.
     ``output``: also write the rows to ``.csv`` or ``.parquet``. With the Dask engine the result
     is not collected: a ``.csv`` path is streamed chunk by chunk, any other path becomes a
     directory of Parquet parts written by the workers, and the path is returned.

@@ -401,3 +401,96 @@ def test_dominant_term_declines_near_ties_and_bad_values():
         if got is not None:
             want_t, want_i = _ref_op_time(op, ex)
             assert _bits_equal(got[0], want_t) and np.all(want_i == got[1])
+
+
+# ----------------------------------------------------------------- forked workers (_sweep_fork)
+
+def _sweep_module(monkeypatch=None):
+    """costmodel.sweep (the package exports a function of that name); with ``monkeypatch``, forking
+    allowed even if an earlier test left threads behind (a Dask cluster's, say): these tests check
+    the forked path itself, test_no_fork_while_other_threads_run the guard."""
+    import importlib
+    sw = importlib.import_module("costmodel.sweep")
+    if monkeypatch is not None:
+        monkeypatch.setattr(sw, "can_fork", lambda: True)
+    return sw
+
+
+def _frames_identical(a, b):
+    assert list(a.columns) == list(b.columns)
+    for c in a.columns:
+        x, y = a[c].to_numpy(), b[c].to_numpy()
+        assert x.dtype == y.dtype, c
+        if x.dtype == float:
+            assert np.array_equal(x.view(np.int64), y.view(np.int64)), c
+        else:
+            assert (x == y).all(), c
+
+
+def test_forked_workers_give_the_single_process_frame(monkeypatch):
+    """Two processes writing into shared columns: the same frame, bit for bit, text columns (bound
+    codes, constant model/hardware/strategy) included, and the forked path is the one taken."""
+    sw = _sweep_module(monkeypatch)
+    calls = []
+    real = sw.evaluate_forked
+    monkeypatch.setattr(sw, "evaluate_forked", lambda *a, **k: calls.append(1) or real(*a, **k))
+    axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+    one = sweep(SPEC, workers=1, chunk_rows=1000, **axes)
+    two = sweep(SPEC, workers=2, chunk_rows=1000, **axes)
+    assert calls == [1]
+    _frames_identical(one, two)
+    assert set(two["bound"]) <= {"compute", "memory", "l2", "interconnect", "launch"}
+    assert two["bound"].dtype == object and (two["model"] == "llama-2-7b").all()
+
+
+def test_forked_worker_errors_reach_the_caller(monkeypatch):
+    """An input error in a child is raised in the parent as the same InputError; any other error as
+    a RuntimeError naming it."""
+    sw = _sweep_module(monkeypatch)
+    real = sw._run_piece
+    axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+    for exc, kind in ((InputError("bad row", source="test", field="batch_size"), InputError),
+                      (ValueError("boom"), RuntimeError)):
+        def run(task, exc=exc):
+            if task[1][0][0].start and task[1][0][0].start >= 30:     # a late chunk: a child's share
+                raise exc
+            return real(task)
+        monkeypatch.setattr(sw, "_run_piece", run)
+        with pytest.raises(kind) as e:
+            sweep(SPEC, workers=2, chunk_rows=1000, **axes)
+        assert ("bad row" in str(e.value)) if kind is InputError else ("ValueError: boom" in str(e.value))
+
+
+def test_forked_workers_fall_back_when_a_column_changes_kind(monkeypatch):
+    """A chunk whose column kind differs from the first chunk's (here an integer column turning
+    float) sends the grid back to one process: the frame equals the single-process one."""
+    sw = _sweep_module(monkeypatch)
+    real = sw._run_piece
+
+    def run(task):
+        res = real(task)
+        if task[1][0][0].start and task[1][0][0].start >= 30:
+            res = dict(res, n_devices=1.5)
+        return res
+    monkeypatch.setattr(sw, "_run_piece", run)
+    axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+    _frames_identical(sweep(SPEC, workers=1, chunk_rows=1000, **axes),
+                      sweep(SPEC, workers=2, chunk_rows=1000, **axes))
+
+
+def test_no_fork_while_other_threads_run(monkeypatch):
+    """Forking a process with other threads could deadlock a child: then threads evaluate the grid."""
+    import threading
+    sw = _sweep_module()
+    calls = []
+    monkeypatch.setattr(sw, "evaluate_forked", lambda *a, **k: calls.append(1))
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+        df = sweep(SPEC, workers=2, chunk_rows=1000, **axes)
+    finally:
+        stop.set()
+        t.join()
+    assert calls == [] and len(df) == 40 * 250

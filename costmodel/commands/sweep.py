@@ -32,7 +32,7 @@ def register(subparsers, common):
                    help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
     p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per evaluation call / Dask task")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="threads evaluating chunks in this process (default: the CPU count, at most 8)")
+                   help="processes (forked) evaluating chunks (default: the CPU count, at most 8; 1 = this process alone)")
     p.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     p.set_defaults(func=cmd_sweep)
 
