@@ -61,6 +61,8 @@ class _Progress:
         self.total, self.bar, self.last = total, None, 0.0
         try:
             from tqdm import tqdm
+            # no monitor thread: a process with other threads does not fork its sweep workers
+            tqdm.monitor_interval = 0
             self.bar = tqdm(total=total, unit="row", unit_scale=True, file=sys.stderr, desc="sweep")
         except ImportError:
             pass
