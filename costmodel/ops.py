@@ -155,8 +155,14 @@ class Exec:
 
     @functools.cached_property
     def hbm_bytes_per_s(self) -> float:
-        """Achievable HBM bandwidth: datasheet · measured fraction · runtime factor."""
-        return self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
+        """Achievable HBM bandwidth: datasheet · measured fraction · runtime factor, and at most
+        sm_count · the runtime's per-SM bandwidth (``Runtime.sm_bandwidth_bytes_per_s``, when given):
+        a kernel with few bytes in flight per SM cannot cover the DRAM latency on a GPU whose
+        bandwidth needs more (Little's law), so it reaches the same absolute rate on an A100 as on an
+        H100 PCIe while it reaches most of a GDDR card's lower peak."""
+        bw = self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
+        cap = self.rt.sm_bandwidth_bytes_per_s
+        return bw if cap is None else np.minimum(bw, self.hw.sm_count * cap)
 
     def weight_bytes_device(self) -> float:
         """Weights resident on one device: (all parameters + replicated K/V projections) / (tp·pp).

@@ -38,6 +38,10 @@ class Runtime:
     #: the tree mask, judging them (acceptance with a device-to-host sync) and compacting the KV cache;
     #: the sync keeps it from overlapping the device work, so it adds to the step (0 when not given)
     spec_step_overhead_s: float = 0.0
+    #: bytes per second one SM's share of the runtime's memory-bound kernels can pull: a kernel keeps a
+    #: bounded number of bytes in flight per SM (its occupancy × loads per thread), and by Little's law
+    #: in-flight bytes / DRAM latency caps what each SM streams (Exec.hbm_bytes_per_s); None = no cap
+    sm_bandwidth_bytes_per_s: float | None = None
     #: how the stack stores weight-only quantised weights (costmodel/dtypes.py): weights per scale group
     #: (None = per output channel) and scale (+ zero point) bytes per group, per quantised dtype
     int4_group_size: int | None = 128
@@ -76,6 +80,10 @@ def parse_runtime(data, src: str) -> Runtime:
         if s is not None:
             vals[k] = s.num("value", min_value=0)
             sources.append((k, s.text("source")))
+    s = f.sub("sm_bandwidth_bytes_per_s", required=False)
+    if s is not None:                   # 0.1 GB/s .. 1 TB/s per SM
+        vals["sm_bandwidth_bytes_per_s"] = s.num("value", min_value=1e8, max_value=1e12)
+        sources.append(("sm_bandwidth_bytes_per_s", s.text("source")))
     s = f.sub("spec_step_overhead_s", required=False)
     if s is not None:                   # seconds: a second per step would be a unit mistake
         vals["spec_step_overhead_s"] = s.num("value", min_value=0, max_value=1.0)

@@ -146,3 +146,50 @@ def test_weight_only_int4_gemm_pays_dequantisation_on_the_vector_units():
     fp16 = {op.name: op for op in layer_ops(shape, Exec(m, hw, rt, weight_dtype="fp16"))}["ffn"]
     assert fp16.dequant_flops == 0.0
     assert float(op_terms(fp16, Exec(m, hw, rt, weight_dtype="fp16"))[0]) == pytest.approx(0.9234e-6, rel=1e-4)
+
+
+# ------------------------------------------------- per-SM bandwidth cap (Runtime.sm_bandwidth_bytes_per_s)
+
+def _capped_runtime(tmp_path, extra: str, name: str = "rt") -> str:
+    from costmodel.specs import resolve
+    base = resolve("runtimes", "llama.cpp", "runtime").read_text(encoding="utf-8")
+    keep = "\n".join(line for line in base.splitlines()
+                     if not line.startswith(("sm_bandwidth_bytes_per_s", "bandwidth_efficiency")))
+    p = tmp_path / f"{name}.yaml"          # a new path per content: runtimes are cached by path
+    p.write_text(keep + "\nbandwidth_efficiency: {value: 1.0, source: test}\n" + extra + "\n")
+    return str(p)
+
+
+def test_sm_bandwidth_caps_big_hbm_parts_and_spares_a_gddr_card(tmp_path):
+    """9 GB/s per SM (a kernel's bytes in flight over DRAM latency): the A100-80GB's 108 SMs pull at
+    most 108 · 9e9 = 0.972 TB/s, below its 2.039 TB/s · 0.9 measured stream fraction; the RTX 4090's
+    128 SMs could pull 1.152 TB/s, above its own 1.008 TB/s · efficiency, so its peak binds."""
+    from costmodel.evaluate import build_exec
+    from costmodel.hardware import load_hardware
+    from costmodel.record import parse_record
+    path = _capped_runtime(tmp_path, "sm_bandwidth_bytes_per_s: {value: 9.0e+9, source: test}")
+    a100 = build_exec(parse_record(dict(model="llama-2-7b", hardware="a100-80gb", runtime=path,
+                                        batch_size=1, prompt_len=1)))
+    assert a100.hbm_bytes_per_s == pytest.approx(108 * 9.0e9, rel=1e-12)
+    hw = load_hardware("rtx-4090")
+    r4090 = build_exec(parse_record(dict(model="llama-2-7b", hardware="rtx-4090", runtime=path,
+                                         batch_size=1, prompt_len=1)))
+    assert 128 * 9.0e9 > hw.bandwidth_bytes_per_s * hw.memory_efficiency
+    assert r4090.hbm_bytes_per_s == pytest.approx(1.008e12 * hw.memory_efficiency, rel=1e-12)
+    # without the field nothing is capped: the A100 streams at its datasheet · measured fraction
+    free = build_exec(parse_record(dict(model="llama-2-7b", hardware="a100-80gb", runtime=_capped_runtime(
+        tmp_path, "", "free"), batch_size=1, prompt_len=1)))
+    assert free.hbm_bytes_per_s == pytest.approx(2.039e12 * load_hardware("a100-80gb").memory_efficiency, rel=1e-12)
+    # a decode step streams every weight at no more than the cap: >= 13.48 GB / 0.972 TB/s = 13.9 ms
+    r = evaluate(dict(model="llama-2-7b", hardware="a100-80gb", runtime=path, batch_size=1, prompt_len=1))
+    assert r["step_latency_s"] >= r["weights_bytes"] / (108 * 9.0e9)
+
+
+@pytest.mark.parametrize("bad", ["5.0e+7", "2.0e+12", "fast"])
+def test_sm_bandwidth_out_of_range_names_the_field(tmp_path, bad):
+    from costmodel import InputError
+    from costmodel.runtime import load_runtime
+    path = _capped_runtime(tmp_path, f"sm_bandwidth_bytes_per_s: {{value: {bad}, source: test}}")
+    with pytest.raises(InputError) as e:
+        load_runtime(path)
+    assert "sm_bandwidth_bytes_per_s.value" in str(e.value) and "rt.yaml" in str(e.value)
