@@ -109,8 +109,9 @@ def with_params(rt: Runtime, names, values) -> Runtime:
 
 
 def fit_rows(ms: list[Measurement]) -> list[Measurement]:
-    """Rows the runtime parameters can move (timing metrics, numeric)."""
-    return [m for m in ms if m.metric not in SIZE_METRICS and not m.categorical]
+    """Rows the runtime parameters can move (timing metrics, numeric) and that may calibrate them
+    (``Measurement.calibrate``: not a measurement that holds work outside its configuration)."""
+    return [m for m in ms if m.metric not in SIZE_METRICS and not m.categorical and m.calibrate]
 
 
 class _Evaluator:
@@ -617,6 +618,10 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
             L.append(f"| {r} | {k} | {fmt_value(v)} | {e['n_rows']} | {rng} |")
     L += ["", "Fold range: the values the leave-one-source-out folds used; a fold that leaves a runtime without "
           "calibration rows uses that runtime's prior (`calibrate.PRIORS`, not derived from these data)."]
+    off = [m.id for m in ms if not m.calibrate]
+    if off:
+        L += ["", f"Reported, not fitted (`calibrate` = no: the measured value holds work outside its "
+                  f"configuration): {', '.join(off)}. They count in every error statistic above."]
     fp = {r: e["params"] for r, e in loso["full_fit"].items() if e.get("fitted")}
     notes = []
     if "eager" in fp:

@@ -36,7 +36,7 @@ VALIDATION_DIR = Path(__file__).resolve().parent.parent / "validation"
 DEFAULT_FILES = ("measurements.csv",)
 
 #: columns that describe a measurement and are not configuration fields
-EXTRA_META = ("source_group", "method", "framework", "dataset", "derived_from", "baseline_value",
+EXTRA_META = ("source_group", "calibrate", "method", "framework", "dataset", "derived_from", "baseline_value",
               "derived_step_cost_ratio", "temperature", "acc_kind", "gamma_or_tree", "source_url", "date")
 #: alias -> (output key, scale applied to the value); 'invert' flips a 0/1 flag
 METRIC_ALIASES = {
@@ -68,6 +68,11 @@ class Measurement:
     source: str = ""
     reliability: str = ""
     notes: str = ""
+    #: whether the row may calibrate runtime parameters (CSV column ``calibrate``: yes / no, blank =
+    #: yes). ``no`` marks a measurement that holds work outside its configuration (other requests'
+    #: prefills in a served stream): it is predicted and reported, but fitting it would make a
+    #: runtime parameter stand in for the missing work
+    calibrate: bool = True
     where: str = ""                  # 'file:line' for messages
     raw: dict = field(default_factory=dict, repr=False)
 
@@ -145,9 +150,14 @@ def parse_measurement(row: dict, where: str | None = None) -> Measurement:
     rec = parse_record(cfg, source=where, allow_meta=True)
     rt = load_runtime(rec.runtime).id
     group = str(row.get("source_group") or row.get("source") or rid).strip()
+    cal = str(row.get("calibrate") if row.get("calibrate") is not None else "").strip().lower()
+    if cal not in ("", "yes", "no", "true", "false"):
+        raise InputError(f"calibrate must be yes or no, got {row.get('calibrate')!r}", source=where,
+                         field="calibrate", allowed="yes, no (blank = yes)")
     return Measurement(id=rid, metric=metric, value=value, record=rec, runtime=rt, group=group,
                        source=str(row.get("source") or ""), reliability=str(row.get("reliability") or ""),
-                       notes=str(row.get("notes") or ""), where=where, raw=dict(row))
+                       notes=str(row.get("notes") or ""), calibrate=cal not in ("no", "false"), where=where,
+                       raw=dict(row))
 
 
 def load_measurements(rows_or_paths=None) -> list[Measurement]:

@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CSV = VALIDATION_DIR / "measurements.csv"
 
 # Regression guard on the held-out (leave-one-source-out) errors, a little above what the model reaches
-# today (11.2 % / 32.1 % / 81.8 %, validation/REPORT.md; 11.3 / 33.7 / 79.8 before the per-SM
+# today (11.2 % / 32.1 % / 83.8 %, validation/REPORT.md; 81.8 % within 25 % while the served-stream
+# rows still calibrated trt-llm and vllm; 11.3 / 33.7 / 79.8 before the per-SM
 # bandwidth cap, 12.3 / 35.6 / 73.7 before the per-step host work of speculation, 12.8 / 36.2 / 72.7
 # before the runtimes' quantised weight formats and the auto all-reduce default). The issue's goals (10 % / 30 % / 80 %) are not met yet;
 # test_goals_of_issue_4 says so and turns into a failure (strict xfail) the day they are.
-GUARD = {"median_abs_rel_error": 0.12, "p90_abs_rel_error": 0.34, "within_25pct": 0.80}
+GUARD = {"median_abs_rel_error": 0.12, "p90_abs_rel_error": 0.34, "within_25pct": 0.82}
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +220,19 @@ def test_fit_evaluates_parameter_vectors_in_one_call(measurements):
         for i in range(2):
             rt = dataclasses.replace(ev.base, **{k: float(v[i]) for k, v in vals.items()})
             assert vec[i] == pytest.approx(predict(m, {m.runtime: rt}), rel=1e-9), m.id
+
+
+def test_calibrate_no_rows_are_reported_but_not_fitted(measurements):
+    """The served-stream rows (llmperf at 4 and 64 users: other requests' prefills inside the measured
+    latency) carry calibrate=no: fit_rows leaves them out, validate still predicts them; a bad value of
+    the column is an input error naming it."""
+    off = {m.id for m in measurements if not m.calibrate}
+    assert off == {"VP215", "VP217", "VP220"}
+    fitted = {m.id for m in calibrate.fit_rows(measurements)}
+    assert not (off & fitted) and "VP218" in fitted
+    assert off <= {r["id"] for r in validate()["rows"]}
+    row = dict(id="X1", metric="tokens_per_s_per_seq", value="10", model="llama-2-7b", hardware="a100-80gb",
+               batch_size="1", prompt_len="8", source="test", calibrate="maybe")
+    with pytest.raises(InputError) as e:
+        parse_measurement(row)
+    assert "calibrate" in str(e.value)

@@ -26,7 +26,7 @@ GIB = 2.0 ** 30
 COLUMNS = ["id", "source_group", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "runtime",
            "batch_size", "prompt_len", "gen_len", "strategy", "draft_model", "draft_kv_budget", "gamma",
            "acceptance_rate", "mean_accepted_tokens", "tree_nodes", "tree_depth", "tree_parents", "power_mode",
-           "source", "source_locator", "reliability", "notes"]
+           "source", "source_locator", "reliability", "calibrate", "notes"]
 
 
 def parents_from_choices(choices) -> list:
@@ -246,11 +246,12 @@ def a10g(r):
     if "TGI" in fw:
         note += "; TGI 2.0.4 mapped to the vllm profile (paged attention + CUDA graphs + a Python/Rust router)"
     if b > 1:
-        note += "; continuous batching interleaves other requests' prefills into decode steps"
+        note += ("; continuous batching interleaves other requests' prefills into decode steps: the measured "
+                 "latency holds work outside the configuration, so the row is reported, not fitted (calibrate=no)")
     return [dict(id=r["id"], source_group="a10g-llmperf", metric="time_per_output_token_s",
                  value=f"{float(r['value']) * 1e-3:.5g}", model="llama-3-8b", hardware="a10g", n_devices=1,
                  weight_dtype="fp16", runtime=rt, batch_size=b, prompt_len=550, gen_len=150,
-                 strategy="autoregressive", notes=f"{fw}; " + note)]
+                 strategy="autoregressive", calibrate="no" if b > 1 else "", notes=f"{fw}; " + note)]
 
 
 LLAMACPP_HW = {"NVIDIA A100 80GB": "a100-80gb", "NVIDIA H100 PCIe 80GB": "h100-pcie", "NVIDIA RTX 4090 24GB": "rtx-4090",
