@@ -17,7 +17,7 @@ forking to learn the columns:
 Anything else (another kind of text column, a column whose kind changes between chunks) makes
 :func:`evaluate_forked` return None, and the caller evaluates the grid in one process. So does a
 process with other threads running (forking it could deadlock a child on a lock held by one of
-them) or a platform without ``fork``. An error in a child is raised in the parent: an input
+them) or a platform other than Linux. An error in a child is raised in the parent: an input
 error as the same :class:`costmodel.errors.InputError`, anything else as a RuntimeError.
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import sys
 import threading
 
 import numpy as np
@@ -36,8 +37,9 @@ _FALLBACK = "fallback"
 
 
 def can_fork() -> bool:
-    """fork is available and this process runs no other thread."""
-    return hasattr(os, "fork") and threading.active_count() == 1
+    """Linux (macOS's system libraries are not fork-safe once initialised; Windows has no fork) and
+    this process runs no other thread."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
 
 
 def _spec(key, value, code_keys=()):
