@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from .ops import AffineOp, Exec, PassShape, kernel_count, layer_ops
-from .roofline import BOUNDS, Cost, _DeferredWork, _OP_BOUND_NAMES, _RECORD_OPS, _compute_term, op_terms, \
-    summation_order
+from .roofline import BOUNDS, Cost, _DeferredWork, _OP_BOUND_NAMES, _RECORD_OPS, _compute_term, gemm_overlap, \
+    op_terms, summation_order
 
 
 def _bcast(a, shape):
@@ -145,8 +145,10 @@ def _l2_not_slower(ex: Exec) -> bool:
 
 
 def _terms_without_l2(op, ex: Exec) -> tuple:
-    return (_compute_term(op, ex), np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s,
-            None, np.asarray(op.comm_s, dtype=float))
+    c, m = _compute_term(op, ex), np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s
+    if op.kind == "matrix":
+        c, m = gemm_overlap(c, m)
+    return (c, m, None, np.asarray(op.comm_s, dtype=float))
 
 
 def _op_time(op, ex: Exec, l2_not_slower=None):
@@ -189,7 +191,8 @@ def _ends(x):
 def _dominant_term(op: AffineOp, ex: Exec, ends):
     """(seconds, bound index) of an operator whose work is affine in its array x (FLOPs f1·x,
     bytes h0 + h1·x: :class:`costmodel.ops.AffineOp`) when one roofline term beats every other by
-    a relative margin at both ends of x's range; else None.
+    a relative margin at both ends of x's range; else None. For a GEMM bound by compute or memory
+    the time is √(c² + m²) (:func:`costmodel.roofline.gemm_overlap`), both terms computed.
 
     Each term is affine in x, so term_k − (1 + margin)·term_j is too: positive at both ends, it is
     positive on the whole range, far above the few ulps of rounding in evaluating either term.
@@ -218,6 +221,20 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
             k = best
         if best != k or not all(terms[k] > terms[j] * (1.0 + _DOMINANCE_MARGIN) for j in range(4) if j != k):
             return None
+    if op.kind == "matrix":
+        if k > 1:
+            return None                   # an L2- or link-bound GEMM: the plain path
+        # roofline.gemm_overlap: the binding term becomes sqrt(c·c + m·m), the larger of c and m is
+        # term k everywhere (the margin above), so that is the time and k the bound; in place, the
+        # same operations as the reference
+        c = np.asarray(_compute_term(op, ex), dtype=float)
+        m = np.asarray(op.hbm_bytes, dtype=float) / bw
+        if c.shape != op.x.shape or m.shape != op.x.shape:
+            return None
+        if c is op.flops:
+            c = c.copy()
+        t = np.sqrt(np.add(np.multiply(c, c, out=c), np.multiply(m, m, out=m), out=c), out=c)
+        return t, np.intp(k)
     if k == 0:
         t = _compute_term(op, ex)
     elif k == 1:
@@ -375,7 +392,12 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
             if getattr(dq, "ndim", 0):
                 return None
             c = c + float(dq) / peak_v
-        terms = (c, h / bw, (h + float(l2)) / l2bw, float(cm))
+        mem = h / bw
+        if op.kind == "matrix":
+            if not (c >= 0.0 and mem >= 0.0):
+                return None               # NaN or negative: the array path
+            c, mem = gemm_overlap(float(c), float(mem))
+        terms = (c, mem, (h + float(l2)) / l2bw, float(cm))
         for x in terms:
             if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
                 return None

@@ -53,9 +53,10 @@ def test_big_batch_short_prompts_recommends_autoregressive():
     Once the weight GEMMs run above the ridge (512 FLOP/B at batch 512 vs ~300 on an H100), every
     verified token is paid in full, so the chain can only gain by amortising the step's fixed costs
     (kernel launches, the per-step host overhead, the weight read) over 1.75 tokens. Those are a share
-    ~1/B of the step: the chain's advantage falls with the batch and turns into a loss. At batch 512
-    the two are a tie within 1 % — which side of it depends on the calibrated step overhead (0.996x
-    with the ring all-reduce fit, 1.005x with auto) — and from batch 1024 autoregressive wins."""
+    ~1/B of the step: the chain's advantage falls with the batch and turns into a loss. Near the ridge
+    a GEMM costs √(c² + m²) (roofline.gemm_overlap): the AR step at batch 512 (c/m ≈ 512/300) pays
+    ~+15 % on its weight GEMMs, the chain's 2-token verification (c/m ≈ 1024/300) only ~+4 %, so the
+    chain keeps an edge (1.09x at 512, 1.02x at 1024) and autoregressive wins from batch 2048."""
     base = {"model": "llama-2-7b", "hardware": "h100-sxm", "prompt_len": 16, "gen_len": 16,
             "acceptance_rate": 0.75}
     best_chain = {}
@@ -64,8 +65,8 @@ def test_big_batch_short_prompts_recommends_autoregressive():
         best_chain[b] = next(c["speedup_vs_ar"] for c in r["candidates"] if c["strategy"] == "speculative")
         if b == 512:
             assert "compute-bound at batch 512" in r["reason"]
-            assert abs(best_chain[b] - 1.0) < 0.01
-        if b >= 1024:
+            assert best_chain[b] > 1.0
+        if b >= 2048:
             assert r["recommended"] == "autoregressive"
             assert "-bound at batch" in r["reason"]
             others = [c for c in r["candidates"] if c["strategy"] != "autoregressive"]
@@ -290,15 +291,15 @@ def test_plots_write_pngs(tmp_path, capsys):
 
 def test_decision_map_data_regions():
     from costmodel.plots import decision_map_data
-    # batch 1: memory-bound, drafts nearly free -> a drafting strategy wins; batch 1024 with 16-token
-    # prompts: compute-bound, fixed per-step costs amortised -> autoregressive (batch 512 is the tie
-    # of test_big_batch_short_prompts_recommends_autoregressive, so the corner is taken one doubling on)
+    # batch 1: memory-bound, drafts nearly free -> a drafting strategy wins; batch 2048 with 16-token
+    # prompts: compute-bound, fixed per-step costs amortised -> autoregressive (the crossover of
+    # test_big_batch_short_prompts_recommends_autoregressive lies between 1024 and 2048)
     d = decision_map_data({"model": "llama-2-7b", "hardware": "h100-sxm", "acceptance_rate": 0.75, "gen_len": 16},
-                          batch_sizes=(1, 1024), contexts=(16, 512))
+                          batch_sizes=(1, 2048), contexts=(16, 512))
     win = {(c, b): d["names"][d["winner"][i, j]] for i, c in enumerate(d["contexts"])
            for j, b in enumerate(d["batch_sizes"])}
     assert win[(512, 1)] in ("speculative", "tree")
-    assert win[(16, 1024)] == "autoregressive"
+    assert win[(16, 2048)] == "autoregressive"
 
 
 def test_probe_gpu_path_with_a_stand_in_torch(monkeypatch, tmp_path):

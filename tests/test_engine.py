@@ -1,6 +1,7 @@
 """Hand-computed costs on a made-up device (tests/data/unit-hw.yaml: 1e12 B/s, 1e14 FLOP/s, no
 launch cost, efficiency 1) and a tiny model (tests/data/unit-model.yaml)."""
 
+import math
 import os
 
 import numpy as np
@@ -16,8 +17,9 @@ BASE = dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml", runtime=
 
 def test_ar_decode_step_by_hand():
     # unit-model: 2 layers, d=64, 4 heads, 2 KV heads, head_dim 16, d_ff 128 (gated), vocab 1000; fp16.
-    # Mean context L = prompt 100 + gen 2 / 2 = 101. Every operator is memory-bound (≈1 FLOP/B), so
-    # time = bytes / 1e12. Bytes per layer:
+    # Mean context L = prompt 100 + gen 2 / 2 = 101. Every operator is memory-bound (≈1 FLOP/B): the
+    # elementwise ones and attention take bytes / 1e12; a GEMM takes √(c² + m²) with c = 2·params /
+    # 1e14 and m = bytes / 1e12 (roofline.gemm_overlap), i.e. m·(1 + ~5e-5). Bytes per layer:
     norm = 6 * 64 * 2                       # 768: two norms + residual, read/write
     qkv = 64 * 128 * 2 + (64 + 128) * 2     # 16,768: weights + activations in/out
     kv_tok = 2 * 2 * 16 * 2                 # 128 B of K and V per token per layer
@@ -25,10 +27,15 @@ def test_ar_decode_step_by_hand():
     o = 64 * 64 * 2 + 128 * 2               # 8,448
     ffn = 3 * 64 * 128 * 2 + 128 * 2        # 49,408
     act = 3 * 128 * 2                       # 768: gate/up read, product written
-    per_layer = norm + qkv + attn + o + ffn + act
     head = 1000 * 64 * 2 + 64 * 2 + 1000 * 4   # 132,128: LM head weights, input, fp32 logits
     embed = 2 * 64 * 2
-    expected_s = (2 * per_layer + head + embed) / 1e12
+
+    def gemm(params, nbytes):
+        return math.sqrt((2 * params / 1e14) ** 2 + (nbytes / 1e12) ** 2)
+
+    per_layer = ((norm + attn + act) / 1e12 + gemm(64 * 128, qkv) + gemm(64 * 64, o)
+                 + gemm(3 * 64 * 128, ffn))
+    expected_s = 2 * per_layer + gemm(1000 * 64, head) + embed / 1e12
     r = evaluate(dict(BASE, batch_size=1, prompt_len=100, gen_len=2))
     assert r["step_latency_s"] == pytest.approx(expected_s, rel=1e-12)
     assert r["bound"] == "memory"
@@ -45,8 +52,9 @@ def test_weights_and_kv_memory_by_hand():
 
 
 def test_compute_bound_gemm_by_hand():
-    # 4096 tokens through the tiny model's FFN: 2·24,576·4096 FLOPs = 2.01e8 → 2.01e-6 s at 1e14,
-    # vs bytes 49,152 + 4096·128·2 = 1.10e6 → 1.10e-6 s at 1e12: compute-bound
+    # 4096 tokens through the tiny model's FFN: 2·24,576·4096 FLOPs = 2.01e8 → c = 2.013e-6 s at 1e14,
+    # vs bytes 49,152 + 4096·128·2 = 1,097,728 → m = 1.098e-6 s at 1e12: compute-bound, and the GEMM
+    # takes √(c² + m²) = 2.293e-6 s (the overlap of math and weight stream near the ridge)
     from costmodel.ops import PassShape, layer_ops
     from costmodel.roofline import op_time
     from costmodel.evaluate import build_exec
@@ -54,8 +62,14 @@ def test_compute_bound_gemm_by_hand():
     ex = build_exec(parse_record(dict(BASE, batch_size=1, prompt_len=1)))
     ops = {o.name: o for o in layer_ops(PassShape(tokens=4096, pairs=4096, kv_hbm_tokens=0), ex)}
     t, idx = op_time(ops["ffn"], ex)
-    assert float(t) == pytest.approx(2 * 24576 * 4096 / 1e14)
+    c, m = 2 * 24576 * 4096 / 1e14, (49152 + 4096 * 128 * 2) / 1e12
+    assert float(t) == pytest.approx(math.sqrt(c * c + m * m), rel=1e-12)
     assert int(idx) == 0
+    # far from the ridge a GEMM is its binding term to within (1/2)·(min/max)²: one token, ~5e-5
+    one = {o.name: o for o in layer_ops(PassShape(tokens=1, pairs=1, kv_hbm_tokens=0), ex)}["ffn"]
+    t1, i1 = op_time(one, ex)
+    m1 = (49152 + 128 * 2) / 1e12
+    assert int(i1) == 1 and m1 < float(t1) < m1 * (1 + 1e-4)
 
 
 def test_ring_allreduce_by_hand():

@@ -63,11 +63,13 @@ def test_orin_power_modes_scale_the_right_resource():
     base = dict(model="llama-2-7b", hardware="orin-agx-64gb", batch_size=1, prompt_len=512, weight_dtype="int4")
     maxn = ev(**base)
     # MODE_30W keeps EMC at 3199 MHz (same bandwidth) but runs 4 TPCs at 612 MHz: memory-bound decode is
-    # unchanged while compute-bound prefill slows; MODE_15W also lowers EMC to 2133 MHz: decode slows too.
+    # unchanged but for the second-order compute share of its GEMMs (√(c² + m²) ≈ m·(1 + c²/2m²), c/m a
+    # few % at batch 1: well under 1 %), while compute-bound prefill slows; MODE_15W also lowers EMC to
+    # 2133 MHz: decode slows too.
     w30 = ev(**base, power_mode="MODE_30W")
     w15 = ev(**base, power_mode="mode_15w")
     assert w30["ttft_s"] > 2 * maxn["ttft_s"]
-    assert w30["time_memory_s"] == pytest.approx(maxn["time_memory_s"])
+    assert maxn["time_memory_s"] <= w30["time_memory_s"] < 1.01 * maxn["time_memory_s"]
     assert w15["step_latency_s"] > 1.3 * maxn["step_latency_s"]
 
 
