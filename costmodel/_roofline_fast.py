@@ -225,14 +225,12 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
         if k > 1:
             return None                   # an L2- or link-bound GEMM: the plain path
         # roofline.gemm_overlap: the binding term becomes sqrt(c·c + m·m), the larger of c and m is
-        # term k everywhere (the margin above), so that is the time and k the bound; in place, the
-        # same operations as the reference
+        # term k everywhere (the margin above), so that is the time and k the bound; in place (both
+        # are new arrays: quotients), the same operations as the reference
         c = np.asarray(_compute_term(op, ex), dtype=float)
         m = np.asarray(op.hbm_bytes, dtype=float) / bw
         if c.shape != op.x.shape or m.shape != op.x.shape:
             return None
-        if c is op.flops:
-            c = c.copy()
         t = np.sqrt(np.add(np.multiply(c, c, out=c), np.multiply(m, m, out=m), out=c), out=c)
         return t, np.intp(k)
     if k == 0:

@@ -124,36 +124,35 @@ def _finite_or_inf(out):
             assert not math.isnan(v), k
 
 
-@given(st.sampled_from(HARDWARE), st.data())
-def test_mutated_hardware_specs_load_or_fail_cleanly(hid, data):
-    spec = _mutate(_spec("hardware_specs", hid), data.draw)
+def _load_then_evaluate(parse, spec, src, record, field, evaluate_may_refuse=True):
+    """A mutated spec either parses, or fails with an InputError naming ``src``; a parsed one is put
+    into ``record`` as ``field`` and evaluated (an InputError there is allowed when
+    ``evaluate_may_refuse``): no NaN in the outputs."""
     try:
-        hw = parse_hardware(spec, "fuzz-hw.yaml")
+        obj = parse(spec, src)
     except InputError as exc:
-        assert "fuzz-hw.yaml" in str(exc)
+        assert src in str(exc)
         return
+    rec = parse_record(record).replace(**{field: obj})
     try:
-        out = evaluate(parse_record(dict(model="llama-2-7b", hardware="t4", batch_size=2, prompt_len=64))
-                       .replace(hardware=hw))
+        out = evaluate(rec)
     except InputError:
+        if not evaluate_may_refuse:
+            raise
         return
     _finite_or_inf(out)
+
+
+@given(st.sampled_from(HARDWARE), st.data())
+def test_mutated_hardware_specs_load_or_fail_cleanly(hid, data):
+    _load_then_evaluate(parse_hardware, _mutate(_spec("hardware_specs", hid), data.draw), "fuzz-hw.yaml",
+                        dict(model="llama-2-7b", hardware="t4", batch_size=2, prompt_len=64), "hardware")
 
 
 @given(st.sampled_from(MODELS), st.data())
 def test_mutated_model_specs_load_or_fail_cleanly(mid, data):
-    spec = _mutate(_spec("model_specs", mid), data.draw)
-    try:
-        m = _from_zoo_yaml(spec, "fuzz-model.yaml")
-    except InputError as exc:
-        assert "fuzz-model.yaml" in str(exc)
-        return
-    try:
-        out = evaluate(parse_record(dict(model=mid, hardware="a100-80gb", batch_size=2, prompt_len=64))
-                       .replace(model=m))
-    except InputError:
-        return
-    _finite_or_inf(out)
+    _load_then_evaluate(_from_zoo_yaml, _mutate(_spec("model_specs", mid), data.draw), "fuzz-model.yaml",
+                        dict(model=mid, hardware="a100-80gb", batch_size=2, prompt_len=64), "model")
 
 
 @given(st.data())
@@ -169,15 +168,9 @@ def test_mutated_hf_configs_load_or_fail_cleanly(data):
 
 @given(st.sampled_from(RUNTIMES), st.data())
 def test_mutated_runtimes_load_or_fail_cleanly(rid, data):
-    spec = _mutate(_spec("runtimes", rid), data.draw)
-    try:
-        rt = parse_runtime(spec, "fuzz-rt.yaml")
-    except InputError as exc:
-        assert "fuzz-rt.yaml" in str(exc)
-        return
-    out = evaluate(parse_record(dict(model="llama-68m", hardware="a10g", batch_size=2, prompt_len=64))
-                   .replace(runtime=rt))
-    _finite_or_inf(out)
+    _load_then_evaluate(parse_runtime, _mutate(_spec("runtimes", rid), data.draw), "fuzz-rt.yaml",
+                        dict(model="llama-68m", hardware="a10g", batch_size=2, prompt_len=64), "runtime",
+                        evaluate_may_refuse=False)
 
 
 @given(st.data())
