@@ -21,7 +21,7 @@ peak memory < 2 GB):
   the prefill of both models and the autoregressive baseline for ``speedup_vs_ar``); an
   autoregressive sweep of the same grid is timed too, for a like-for-like ratio.
 * the sweep is timed with 1 worker (this process alone) and with the default worker count (the CPU
-  count, at most 8: forked processes writing into shared columns, ``costmodel._sweep_fork``).
+  count, at most 8: forked processes writing into shared columns, ``costmodel.fast.sweep_fork``).
 
 ``--profile`` prints the cProfile of one sweep (top functions by internal time).
 """
@@ -144,7 +144,7 @@ def main(argv=None):
     print(f"costmodel {costmodel.__version__}, numpy {np.__version__}, pandas {pd.__version__}, "
           f"python {sys.version.split()[0]}")
     print(f"setup: {SETUP}")
-    from costmodel.sweep import _workers
+    from costmodel.analysis.sweep import _workers
     nthreads = _workers(None)
     results = {}
     for w in sorted({1, nthreads}):

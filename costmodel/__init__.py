@@ -8,20 +8,20 @@
 Public API (DESIGN §6): evaluate, sweep, check, validate, recommend, load_hardware, load_model.
 """
 
-from .claims import check
-from .errors import InputError
-from .evaluate import OUTPUT_KEYS, evaluate
-from .hardware import load_hardware
-from .model import load_model
-from .plan import plan
-from .recommend import recommend
-from .record import parse_record
-from .runtime import load_runtime
+from costmodel.analysis.claims import check
+from costmodel.errors import InputError
+from costmodel.engine.evaluate import OUTPUT_KEYS, evaluate
+from costmodel.inputs.hardware import load_hardware
+from costmodel.inputs.model import load_model
+from costmodel.analysis.plan import plan
+from costmodel.analysis.recommend import recommend
+from costmodel.inputs.record import parse_record
+from costmodel.inputs.runtime import load_runtime
 # The entry points are imported eagerly (numpy only; pandas, scipy and matplotlib load on first use,
 # about 20 ms in all): a submodule imported later would otherwise shadow a lazily exported function
 # of the same name (costmodel.sweep, costmodel.plan, costmodel.validate are both).
-from .sweep import sweep
-from .validate import validate
+from costmodel.analysis.sweep import sweep
+from costmodel.calibration.validate import validate
 
 __version__ = "0.1.0"
 

@@ -1,8 +1,8 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from costmodel import acceptance
-from costmodel.tree import Tree, full_tree, optimal_tree
+from costmodel.engine import acceptance
+from costmodel.engine.tree import Tree, full_tree, optimal_tree
 
 
 def test_leviathan_by_hand():

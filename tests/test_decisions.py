@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 import costmodel
-from costmodel.claims import SEVERITY, check, load_error_band
-from costmodel.cli import main
+from costmodel.analysis.claims import SEVERITY, check, load_error_band
+from costmodel.cli.main import main
 from costmodel.errors import InputError
-from costmodel.recommend import recommend
+from costmodel.analysis.recommend import recommend
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTICLE = os.path.join(ROOT, "scenarios", "article_claims.yaml")
@@ -256,7 +256,7 @@ def test_cli_recommend_table_and_json(capsys):
 
 # ----------------------------------------------------------------------------- probe and plots
 def test_probe_quick_writes_loadable_hardware(tmp_path):
-    from costmodel.probe import probe
+    from costmodel.analysis.probe import probe
     out = tmp_path / "me.yaml"
     t = time.perf_counter()
     res = probe(str(out), quick=True, device="cpu")
@@ -290,7 +290,7 @@ def test_plots_write_pngs(tmp_path, capsys):
 
 
 def test_decision_map_data_regions():
-    from costmodel.plots import decision_map_data
+    from costmodel.analysis.plots import decision_map_data
     # batch 1: memory-bound, drafts nearly free -> a drafting strategy wins; batch 2048 with 16-token
     # prompts: compute-bound, fixed per-step costs amortised -> autoregressive (the crossover of
     # test_big_batch_short_prompts_recommends_autoregressive lies between 1024 and 2048)
@@ -352,7 +352,7 @@ def test_probe_gpu_path_with_a_stand_in_torch(monkeypatch, tmp_path):
         randn=lambda n, m, dtype=None, device=None: T(np.ones((min(n, 64), min(m, 64)), dt[dtype])),
         addcmul=lambda a, b, c: T(a.a + b.a * c.a))
     monkeypatch.setitem(sys.modules, "torch", torch)
-    from costmodel.probe import probe
+    from costmodel.analysis.probe import probe
     out = tmp_path / "gpu.yaml"
     res = probe(str(out), quick=True, device="gpu")
     hw = costmodel.load_hardware(str(out))

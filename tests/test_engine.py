@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from costmodel import evaluate
-from costmodel.hardware import Link
-from costmodel.parallel import allreduce_time_s
+from costmodel.inputs.hardware import Link
+from costmodel.engine.parallel import allreduce_time_s
 
 D = os.path.join(os.path.dirname(__file__), "data")
 BASE = dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml", runtime=f"{D}/unit-rt.yaml")
@@ -55,10 +55,10 @@ def test_compute_bound_gemm_by_hand():
     # 4096 tokens through the tiny model's FFN: 2·24,576·4096 FLOPs = 2.01e8 → c = 2.013e-6 s at 1e14,
     # vs bytes 49,152 + 4096·128·2 = 1,097,728 → m = 1.098e-6 s at 1e12: compute-bound, and the GEMM
     # takes √(c² + m²) = 2.293e-6 s (the overlap of math and weight stream near the ridge)
-    from costmodel.ops import PassShape, layer_ops
-    from costmodel.roofline import op_time
-    from costmodel.evaluate import build_exec
-    from costmodel.record import parse_record
+    from costmodel.engine.ops import PassShape, layer_ops
+    from costmodel.engine.roofline import op_time
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.inputs.record import parse_record
     ex = build_exec(parse_record(dict(BASE, batch_size=1, prompt_len=1)))
     ops = {o.name: o for o in layer_ops(PassShape(tokens=4096, pairs=4096, kv_hbm_tokens=0), ex)}
     t, idx = op_time(ops["ffn"], ex)
@@ -111,8 +111,8 @@ def test_kernel_launch_and_host_overheads(tmp_path):
 
 
 def test_vectorised_core_matches_scalar_calls():
-    from costmodel.evaluate import evaluate_arrays
-    from costmodel.record import parse_record
+    from costmodel.engine.evaluate import evaluate_arrays
+    from costmodel.inputs.record import parse_record
     rec = parse_record(dict(BASE, batch_size=1, prompt_len=1, strategy="speculative", draft_model="self",
                             acceptance_rate=0.7))
     B = np.array([1, 4, 16])
@@ -145,11 +145,11 @@ def test_weight_only_int4_gemm_pays_dequantisation_on_the_vector_units():
     (4 vector FLOPs per weight, runtimes/trt-llm.yaml) on an A100-80GB (19.5 TFLOP/s fp32, runtime
     compute efficiency 1.0): 541 065 216 dequantisation FLOPs per layer = 27.747 µs, on top of the
     matrix term 2·135 266 304 / (312e12·0.939) = 0.9234 µs at one token. fp16 weights: none."""
-    from costmodel.hardware import load_hardware
-    from costmodel.model import load_model
-    from costmodel.ops import Exec, PassShape, layer_ops
-    from costmodel.roofline import op_terms
-    from costmodel.runtime import load_runtime
+    from costmodel.inputs.hardware import load_hardware
+    from costmodel.inputs.model import load_model
+    from costmodel.engine.ops import Exec, PassShape, layer_ops
+    from costmodel.engine.roofline import op_terms
+    from costmodel.inputs.runtime import load_runtime
 
     m, hw, rt = load_model("llama-2-7b"), load_hardware("a100-80gb"), load_runtime("trt-llm")
     shape = PassShape(tokens=1.0, pairs=1.0, kv_hbm_tokens=1.0)
@@ -165,7 +165,7 @@ def test_weight_only_int4_gemm_pays_dequantisation_on_the_vector_units():
 # ------------------------------------------------- per-SM bandwidth cap (Runtime.sm_bandwidth_bytes_per_s)
 
 def _capped_runtime(tmp_path, extra: str, name: str = "rt") -> str:
-    from costmodel.specs import resolve
+    from costmodel.inputs.specs import resolve
     base = resolve("runtimes", "llama.cpp", "runtime").read_text(encoding="utf-8")
     keep = "\n".join(line for line in base.splitlines()
                      if not line.startswith(("sm_bandwidth_bytes_per_s", "bandwidth_efficiency")))
@@ -178,9 +178,9 @@ def test_sm_bandwidth_caps_big_hbm_parts_and_spares_a_gddr_card(tmp_path):
     """9 GB/s per SM (a kernel's bytes in flight over DRAM latency): the A100-80GB's 108 SMs pull at
     most 108 · 9e9 = 0.972 TB/s, below its 2.039 TB/s · 0.9 measured stream fraction; the RTX 4090's
     128 SMs could pull 1.152 TB/s, above its own 1.008 TB/s · efficiency, so its peak binds."""
-    from costmodel.evaluate import build_exec
-    from costmodel.hardware import load_hardware
-    from costmodel.record import parse_record
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.inputs.hardware import load_hardware
+    from costmodel.inputs.record import parse_record
     path = _capped_runtime(tmp_path, "sm_bandwidth_bytes_per_s: {value: 9.0e+9, source: test}")
     a100 = build_exec(parse_record(dict(model="llama-2-7b", hardware="a100-80gb", runtime=path,
                                         batch_size=1, prompt_len=1)))
@@ -202,7 +202,7 @@ def test_sm_bandwidth_caps_big_hbm_parts_and_spares_a_gddr_card(tmp_path):
 @pytest.mark.parametrize("bad", ["5.0e+7", "2.0e+12", "fast"])
 def test_sm_bandwidth_out_of_range_names_the_field(tmp_path, bad):
     from costmodel import InputError
-    from costmodel.runtime import load_runtime
+    from costmodel.inputs.runtime import load_runtime
     path = _capped_runtime(tmp_path, f"sm_bandwidth_bytes_per_s: {{value: {bad}, source: test}}")
     with pytest.raises(InputError) as e:
         load_runtime(path)

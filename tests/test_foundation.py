@@ -3,7 +3,7 @@
 import pytest
 
 from costmodel import evaluate, load_hardware
-from costmodel.cli import main
+from costmodel.cli.main import main
 
 
 def ev(**kw):

@@ -12,12 +12,12 @@ import yaml
 from hypothesis import given, strategies as st
 
 from costmodel import InputError, evaluate
-from costmodel.hardware import parse_hardware
-from costmodel.model import _from_zoo_yaml, from_hf_config
-from costmodel.record import FIELD_NAMES, parse_record
-from costmodel.runtime import parse_runtime
-from costmodel.scenario import run_scenario
-from costmodel.specs import load_yaml, parse_yaml, read_csv, zoo_dir, zoo_ids
+from costmodel.inputs.hardware import parse_hardware
+from costmodel.inputs.model import _from_zoo_yaml, from_hf_config
+from costmodel.inputs.record import FIELD_NAMES, parse_record
+from costmodel.inputs.runtime import parse_runtime
+from costmodel.analysis.scenario import run_scenario
+from costmodel.inputs.specs import load_yaml, parse_yaml, read_csv, zoo_dir, zoo_ids
 
 HARDWARE = zoo_ids("hardware_specs")
 MODELS = zoo_ids("model_specs")
@@ -215,7 +215,7 @@ def test_fuzzed_records_evaluate_or_fail_cleanly(rec):
 
 @given(st.lists(st.tuples(field_names, st.one_of(st.text(max_size=12), scalars.map(str))), max_size=8))
 def test_fuzzed_command_line_words_never_crash(words):
-    from costmodel.cli import main
+    from costmodel.cli.main import main
     argv = ["eval", "--format", "json", "model=llama-68m", "hardware=t4", "batch_size=2", "prompt_len=16"]
     argv += [f"{k}={v}" for k, v in words]
     out, err = io.StringIO(), io.StringIO()

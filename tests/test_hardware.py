@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from costmodel import InputError, evaluate, load_hardware
-from costmodel.specs import zoo_dir, zoo_ids
+from costmodel.inputs.specs import zoo_dir, zoo_ids
 
 IDS = ("t4", "a10g", "l4", "l40s", "v100", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-3090",
        "rtx-4090", "orin-agx-64gb", "orin-agx-32gb", "mi250x", "mi300x")
@@ -55,9 +55,9 @@ def test_unsupported_dtype_falls_back_to_vector_rate():
 def test_moe_reads_distinct_experts():
     # Mixtral: at batch 1 a token touches 2 of 8 experts per layer; at batch 64 all 8 are read.
     # expert = 3·4096·14336 params; expected distinct experts for T tokens = 8·(1 − (6/8)^T)
-    from costmodel.evaluate import build_exec
-    from costmodel.ops import PassShape, layer_ops
-    from costmodel.record import parse_record
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import PassShape, layer_ops
+    from costmodel.inputs.record import parse_record
     ex = build_exec(parse_record(dict(model="mixtral-8x7b", hardware="h100-sxm", batch_size=1, prompt_len=1)))
     expert_bytes = 3 * 4096 * 14336 * 2
     for T, distinct in ((1, 2.0), (64, 8 * (1 - 0.75 ** 64))):

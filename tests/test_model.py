@@ -12,7 +12,7 @@ def test_parameter_counts_match_published(mid, published):
 
 
 def test_every_zoo_model_matches_its_published_count():
-    from costmodel.specs import zoo_ids
+    from costmodel.inputs.specs import zoo_ids
     ids = zoo_ids("model_specs")
     assert len(ids) >= 15
     for i in ids:

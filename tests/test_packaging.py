@@ -20,7 +20,7 @@ def test_wheel_install_loads_zoos(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(whl)],
                    check=True)
     code = ("import costmodel, sys; assert costmodel.__file__.startswith(sys.argv[1]), costmodel.__file__; "
-            "from costmodel.specs import zoo_ids; assert len(zoo_ids('hardware_specs')) >= 16; "
+            "from costmodel.inputs.specs import zoo_ids; assert len(zoo_ids('hardware_specs')) >= 16; "
             "assert len(zoo_ids('model_specs')) >= 15; assert len(zoo_ids('runtimes')) >= 6; "
             "r = costmodel.evaluate({'model': 'llama-2-7b', 'hardware': 'h100-sxm', 'batch_size': 1, 'prompt_len': 64}); "
             "print(r['bound'])")

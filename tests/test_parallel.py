@@ -14,15 +14,15 @@ import pytest
 
 import costmodel
 from costmodel import evaluate, load_hardware
-from costmodel.cli import main
-from costmodel.evaluate import build_exec
-from costmodel.hardware import Link
-from costmodel.parallel import (allreduce_time_s, divisors, draft_link, pipeline_bubble_fraction,
+from costmodel.cli.main import main
+from costmodel.engine.evaluate import build_exec
+from costmodel.inputs.hardware import Link
+from costmodel.engine.parallel import (allreduce_time_s, divisors, draft_link, pipeline_bubble_fraction,
                                 pipeline_handoff_s, pipeline_step_latency_s, pp_boundary_links, tp_link,
                                 transfer_time_s)
-from costmodel.plan import load_prices, plan
-from costmodel.record import parse_record
-from costmodel.specs import zoo_ids
+from costmodel.analysis.plan import load_prices, plan
+from costmodel.inputs.record import parse_record
+from costmodel.inputs.specs import zoo_ids
 
 A100 = load_hardware("a100-80gb")
 NV, NET = A100.scale_up, A100.network
@@ -266,8 +266,8 @@ def test_plan_cheapest_hardware_with_prices(tmp_path):
 
 def test_plan_is_exported_and_callable():
     import sys
-    import costmodel.plan                 # importing the submodule must not shadow the function
-    assert callable(costmodel.plan) and sys.modules["costmodel.plan"].plan is costmodel.plan is plan
+    import costmodel.analysis.plan        # importing the submodule must not shadow the function
+    assert callable(costmodel.plan) and sys.modules["costmodel.analysis.plan"].plan is costmodel.plan is plan
 
 
 def test_cli_plan_json_and_errors(tmp_path, capsys):

@@ -14,11 +14,11 @@ import os
 from hypothesis import given, settings, strategies as st
 
 from costmodel import evaluate, load_hardware, load_model
-from costmodel.evaluate import OUTPUT_KEYS
-from costmodel.record import parse_record
-from costmodel.roofline import BOUNDS
-from costmodel.specs import zoo_ids
-from costmodel.tree import Tree
+from costmodel.engine.evaluate import OUTPUT_KEYS
+from costmodel.inputs.record import parse_record
+from costmodel.engine.roofline import BOUNDS
+from costmodel.inputs.specs import zoo_ids
+from costmodel.engine.tree import Tree
 
 HARDWARE = zoo_ids("hardware_specs")
 MODELS = zoo_ids("model_specs")

@@ -16,12 +16,12 @@ from __future__ import annotations
 import pytest
 
 from costmodel import evaluate
-from costmodel.dtypes import quantised_bytes_per_weight, weight_bytes_per_param
+from costmodel.inputs.dtypes import quantised_bytes_per_weight, weight_bytes_per_param
 from costmodel.errors import InputError
-from costmodel.evaluate import build_exec
-from costmodel.record import parse_record
-from costmodel.runtime import load_runtime
-from costmodel.specs import resolve
+from costmodel.engine.evaluate import build_exec
+from costmodel.inputs.record import parse_record
+from costmodel.inputs.runtime import load_runtime
+from costmodel.inputs.specs import resolve
 
 L7_BODY, L7_VOCAB_D, L7_NORMS = 6_476_005_376, 131_072_000, 266_240
 L3_BODY, L3_VOCAB_D = 6_979_321_856, 525_336_576
@@ -142,7 +142,7 @@ def test_runtime_without_a_format_keeps_the_default_layout(tmp_path):
 
 
 def test_unquantised_lm_head_spends_no_dequantisation():
-    from costmodel.ops import gemm
+    from costmodel.engine.ops import gemm
 
     def head(rt):
         ex = build_exec(parse_record(dict(model="llama-3-8b", hardware="a100-80gb", runtime=rt, weight_dtype="int4",

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from costmodel import InputError, evaluate, parse_record
-from costmodel.cli import main
-from costmodel.specs import read_csv
+from costmodel.cli.main import main
+from costmodel.inputs.specs import read_csv
 
 BASE = ["model=llama-2-7b", "hardware=a100-80gb", "batch_size=4", "prompt_len=512"]
 SPEC = BASE + ["strategy=speculative", "draft_model=llama-68m"]
@@ -244,7 +244,7 @@ def test_missing_and_directory_scenarios(tmp_path, capsys):
 
 def _hardware_text(**edits) -> str:
     import yaml
-    from costmodel.specs import load_yaml, zoo_dir
+    from costmodel.inputs.specs import load_yaml, zoo_dir
     d = load_yaml(zoo_dir("hardware_specs") / "a100-80gb.yaml")
     for path, v in edits.items():
         node = d
@@ -280,7 +280,7 @@ def test_bad_hardware_files_name_file_and_field(edits, needles, write, capsys):
 def test_a_runtime_efficiency_of_zero_is_refused_not_nan(field, write, capsys):
     """0 would divide by zero and turn every time into NaN."""
     import yaml
-    from costmodel.specs import load_yaml, zoo_dir
+    from costmodel.inputs.specs import load_yaml, zoo_dir
     d = load_yaml(zoo_dir("runtimes") / "vllm.yaml")
     d[field]["value"] = 0
     p = write("my-rt.yaml", yaml.safe_dump(d))
@@ -378,7 +378,7 @@ def test_real_process_hostile_yaml_exit_2_nothing_run(tmp_path):
 
 def test_overlong_id_is_an_input_error_not_a_crash(capsys):
     # pathlib raises OSError (ENAMETOOLONG) for a 500-character name instead of answering False
-    from costmodel.cli import main as cli_main
+    from costmodel.cli.main import main as cli_main
     assert cli_main(["eval", "model=" + "x" * 500 + ".yaml", "hardware=t4", "batch_size=1", "prompt_len=8"]) == 2
     assert cli_main(["eval", "model=llama-2-7b", "hardware=" + "y" * 500, "batch_size=1", "prompt_len=8"]) == 2
     err = capsys.readouterr().err

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from costmodel import evaluate
-from costmodel.cli import main
-from costmodel.evaluate import build_exec
-from costmodel.record import parse_record
+from costmodel.cli.main import main
+from costmodel.engine.evaluate import build_exec
+from costmodel.inputs.record import parse_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = dict(model="llama-2-7b", hardware="a100-80gb", prompt_len=512)
@@ -44,7 +44,7 @@ def test_given_tau_is_used_and_bounds_speedup(tau):
 def test_shared_prefix_per_branch_costs_more_where_l2_is_small():
     # 16 branches over a 512-token prefix: Llama-2-7B prefix KV per layer = 512 · 2 · 4096 · 2 B = 8 MiB
     penalty = {}
-    from costmodel.specs import zoo_ids
+    from costmodel.inputs.specs import zoo_ids
     for hw in zoo_ids("hardware_specs"):
         kw = dict(model="llama-2-7b", hardware=hw, batch_size=1, prompt_len=512, gen_len=64,
                   strategy="shared_prefix", n_branches=16, shared_prefix_len=512)
@@ -163,7 +163,7 @@ def test_spec_step_overhead_adds_to_speculative_and_tree_steps_only(tmp_path):
     """runtimes' spec_step_overhead_s (host bookkeeping per speculation step: candidates, acceptance with a
     sync, KV compaction) adds exactly its seconds to a speculative or tree step, and nothing to an
     autoregressive step or to the prefill. Hand check: 2.5 ms on top of the same runtime without it."""
-    from costmodel.specs import resolve
+    from costmodel.inputs.specs import resolve
     base = resolve("runtimes", "eager", "runtime").read_text(encoding="utf-8")
     keep = "\n".join(line for line in base.splitlines() if not line.startswith("spec_step_overhead_s"))
     paths = {}
@@ -185,8 +185,8 @@ def test_spec_step_overhead_adds_to_speculative_and_tree_steps_only(tmp_path):
 
 def test_spec_step_overhead_must_be_seconds(tmp_path):
     from costmodel import InputError
-    from costmodel.runtime import load_runtime
-    from costmodel.specs import resolve
+    from costmodel.inputs.runtime import load_runtime
+    from costmodel.inputs.specs import resolve
     base = resolve("runtimes", "eager", "runtime").read_text(encoding="utf-8")
     keep = "\n".join(line for line in base.splitlines() if not line.startswith("spec_step_overhead_s"))
     for bad in ("-1e-3", "5"):

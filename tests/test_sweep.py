@@ -10,8 +10,8 @@ import pytest
 
 import costmodel
 from costmodel import InputError, evaluate
-from costmodel.cli import main
-from costmodel.sweep import parse_axis, sweep
+from costmodel.cli.main import main
+from costmodel.analysis.sweep import parse_axis, sweep
 
 SPEC = dict(model="llama-2-7b", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
             acceptance_rate=0.7, gamma=4)
@@ -242,7 +242,7 @@ def test_dask_missing_gives_install_hint(monkeypatch):
 
 def _ref_op_time(op, ex):
     """op_time as first written: the stacked terms' max and argmax."""
-    from costmodel.roofline import op_terms
+    from costmodel.engine.roofline import op_terms
     stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))
     return stack.max(axis=0), stack.argmax(axis=0)
 
@@ -263,10 +263,10 @@ def _bits_equal(a, b):
 def test_pass_cost_is_bit_identical_to_the_reference(setup):
     """roofline.pass_cost (in-place accumulation, skipped +0.0 terms, scalar fast path) against the
     formulas as first written, on scalars and broadcast arrays, with zeros, infinities and NaNs."""
-    from costmodel.evaluate import build_exec
-    from costmodel.ops import PassShape, layer_ops
-    from costmodel.record import parse_record
-    from costmodel.roofline import Cost, reference_pass_cost, op_time, pass_cost
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import PassShape, layer_ops
+    from costmodel.inputs.record import parse_record
+    from costmodel.engine.roofline import Cost, reference_pass_cost, op_time, pass_cost
     ex = build_exec(parse_record(dict(setup, batch_size=1, prompt_len=1)))
     rng = np.random.default_rng(7)
     B = np.array([1.0, 3.0, 64.0, 700.0]).reshape(-1, 1)
@@ -304,7 +304,7 @@ def test_pass_cost_is_bit_identical_to_the_reference(setup):
 def test_grid_is_refused_exactly_when_a_row_is_invalid():
     """The vectorised checks agree with parse_record row by row (random small grids)."""
     import itertools
-    from costmodel.record import parse_record
+    from costmodel.inputs.record import parse_record
     rng = random.Random(11)
     bases = [dict(SPEC, acceptance_rate=None), dict(model="llama-2-13b", hardware="a100-80gb",
                                                    strategy="shared_prefix", n_branches=4)]
@@ -342,12 +342,12 @@ def test_dominant_term_agrees_with_the_reference_and_fires(setup):
     equals the stacked max/argmax bit for bit, whether or not the shortcut settled it; and it does
     settle some (a prefill of 33-64 × 16-16000 tokens: GEMMs compute-bound at both ends, norms
     memory-bound), so the test exercises it."""
-    from costmodel import _roofline_fast as rf
-    from costmodel.evaluate import build_exec
-    from costmodel.ops import AffineOp, layer_ops
-    from costmodel.record import parse_record
-    from costmodel.roofline import reference_pass_cost, pass_cost
-    from costmodel.strategies.common import decode_shape, prefill_shape
+    from costmodel.engine import pass_cost as rf
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import AffineOp, layer_ops
+    from costmodel.inputs.record import parse_record
+    from costmodel.engine.roofline import reference_pass_cost, pass_cost
+    from costmodel.engine.strategies.common import decode_shape, prefill_shape
     ex = build_exec(parse_record(dict(setup, batch_size=1, prompt_len=1)))
     B = np.arange(33.0, 65.0).reshape(-1, 1)
     P = np.arange(16.0, 16001.0, 16.0).reshape(1, -1)
@@ -374,10 +374,10 @@ def test_dominant_term_declines_near_ties_and_bad_values():
     """Synthetic affine operators (hypothesis-style random coefficients, but seeded): a crossing
     inside the range, a tie within the margin, NaN and infinite ends -> None (the plain path);
     otherwise the shortcut's answer is the stacked max/argmax bit for bit."""
-    from costmodel import _roofline_fast as rf
-    from costmodel.evaluate import build_exec
-    from costmodel.ops import AffineOp
-    from costmodel.record import parse_record
+    from costmodel.engine import pass_cost as rf
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import AffineOp
+    from costmodel.inputs.record import parse_record
     ex = build_exec(parse_record(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=1)))
     peak, bw = ex.matrix_flops_per_s, ex.hbm_bytes_per_s
     rng = np.random.default_rng(3)
@@ -410,7 +410,7 @@ def _sweep_module(monkeypatch=None):
     allowed even if an earlier test left threads behind (a Dask cluster's, say): these tests check
     the forked path itself, test_no_fork_while_other_threads_run the guard."""
     import importlib
-    sw = importlib.import_module("costmodel.sweep")
+    sw = importlib.import_module("costmodel.analysis.sweep")
     if monkeypatch is not None:
         monkeypatch.setattr(sw, "can_fork", lambda: True)
     return sw

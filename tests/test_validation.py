@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 import costmodel
-from costmodel import calibrate
-from costmodel.cli import main
+from costmodel.calibration import calibrate
+from costmodel.cli.main import main
 from costmodel.errors import InputError
-from costmodel.validate import (VALIDATION_DIR, load_measurements, parse_measurement, predict, summarize, validate)
+from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, parse_measurement, predict, summarize, validate)
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = VALIDATION_DIR / "measurements.csv"

@@ -1,0 +1,394 @@
+"""Capacity planning (DESIGN §5 ``costmodel plan``): the fewest devices and/or the largest batch that
+fit and meet a target, and the cheapest of several hardware options given prices per device-hour.
+
+Targets are record-like fields, split off before the record is validated:
+
+=================================  ==========================================  =========
+field                              compared with                               meets if
+=================================  ==========================================  =========
+``target_time_per_output_token_s``  ``time_per_output_token_s``                 ≤ target
+``target_step_latency_s``           ``step_latency_s``                          ≤ target
+``target_ttft_s``                   ``ttft_s``                                  ≤ target
+``target_e2e_latency_s``            ``e2e_latency_s``                           ≤ target
+``target_tokens_per_s``             ``tokens_per_s`` (aggregate over the batch)  ≥ target
+``target_tokens_per_s_per_seq``     ``tokens_per_s_per_seq``                    ≥ target
+=================================  ==========================================  =========
+
+A configuration is **feasible** when it fits (peak device memory ≤ usable) and meets every target.
+Every figure comes from :func:`costmodel.evaluate` (so ``costmodel eval`` reproduces any answer).
+
+Searches, chosen by what the record leaves out:
+
+* **batch** (no ``batch_size``): the largest B in 1..max_batch that is feasible, from one vectorised
+  evaluation over every B.
+* **devices** (no ``n_devices``): candidates (tp, pp) with tp | heads, pp | layers and
+  tp·pp ≤ max_devices (pp = 1 only with ``parallelism='tp'``); in increasing n = tp·pp, the first n
+  with a feasible candidate wins; among its candidates the lowest time per output token (the largest
+  batch first when the batch is searched too).
+* **hardware** (several ids, or a prices file and no ``hardware``): each option planned as above;
+  the cheapest feasible one wins: usd_per_hour = devices (draft device included) · price when the
+  batch is fixed; usd_per_million_tokens = usd_per_hour / (3600 · tokens_per_s) · 1e6 when the batch
+  is searched. Without prices: the fewest devices, then the lowest time per output token.
+
+``binding_constraint`` says what stops a cheaper answer: for a device search, why the next smaller
+device count fails; for a batch search, why the next batch fails; for a fixed configuration, why it
+fails (or, when it is feasible, the resource that binds its step time):
+
+* ``memory_capacity`` — it does not fit;
+* ``target`` — it fits, but the target is missed (a bigger batch is slower per token);
+* ``bandwidth`` | ``compute`` | ``interconnect`` | ``launch_overhead`` — fewer devices fit but miss the
+  target, this resource binding their step time (memory or L2 bound → bandwidth);
+* ``max_batch`` — the batch search reached its own limit.
+
+When nothing within ``max_devices`` is feasible, ``feasible`` is false and ``binding_constraint`` says
+why the closest configuration (the fastest one that fits, else the fastest) fails.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from costmodel.errors import InputError, suggest
+from costmodel.engine.evaluate import build_exec, evaluate, evaluate_arrays
+from costmodel.engine.parallel import divisors
+from costmodel.inputs.record import parse_record
+
+# target field -> (output key, sense): 'max' = the output must not exceed the target
+TARGETS = {
+    "target_time_per_output_token_s": ("time_per_output_token_s", "max"),
+    "target_step_latency_s": ("step_latency_s", "max"),
+    "target_ttft_s": ("ttft_s", "max"),
+    "target_e2e_latency_s": ("e2e_latency_s", "max"),
+    "target_tokens_per_s": ("tokens_per_s", "min"),
+    "target_tokens_per_s_per_seq": ("tokens_per_s_per_seq", "min"),
+}
+OPTIONS = ("prices", "max_devices", "max_batch", "parallelism")
+BOUND_TO_CONSTRAINT = {"memory": "bandwidth", "l2": "bandwidth", "compute": "compute",
+                       "interconnect": "interconnect", "launch": "launch_overhead"}
+REPORTED = ("fits", "step_latency_s", "tokens_per_step", "time_per_output_token_s", "tokens_per_s_per_seq",
+            "tokens_per_s", "ttft_s", "e2e_latency_s", "peak_device_memory_bytes", "usable_memory_bytes",
+            "weights_bytes", "kv_cache_bytes", "bound", "time_interconnect_s", "speedup_vs_ar")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def split_targets(fields: dict) -> tuple[dict, dict, dict]:
+    """(record fields, {target field: float}, {plan option: value}) from one flat mapping."""
+    record, targets, options = {}, {}, {}
+    for k, v in fields.items():
+        key = str(k).strip()
+        if key.startswith("target_"):
+            if key not in TARGETS:
+                raise InputError(f"unknown target{suggest(key, TARGETS)}", field=key, allowed=", ".join(TARGETS))
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                raise InputError(f"must be a number, got {v!r}", field=key) from None
+            if not np.isfinite(x) or x <= 0:
+                raise InputError(f"must be a positive number, got {v!r}", field=key)
+            targets[key] = x
+        elif key in OPTIONS:
+            options[key] = v
+        else:
+            record[key] = v
+    return record, targets, options
+
+
+def load_prices(path) -> dict:
+    """Prices YAML -> {'currency', 'source', 'prices': {hardware id: price per device-hour}}.
+
+    Format (see scenarios/prices_example.yaml)::
+
+        currency: USD
+        source: "where the figures come from, or 'illustrative'"
+        prices:                     # per device-hour
+          h100-sxm: 3.00
+          a100-80gb: {per_device_hour: 1.80, source: "..."}
+    """
+    from costmodel.inputs.specs import load_yaml
+    data = load_yaml(path)
+    src = str(path)
+    if not isinstance(data, dict) or not isinstance(data.get("prices"), dict) or not data["prices"]:
+        raise InputError("a prices file needs a 'prices' mapping of hardware id: price per device-hour",
+                         source=src, field="prices")
+    unknown = sorted(set(data) - {"name", "currency", "source", "notes", "prices"})
+    if unknown:
+        raise InputError("unknown field", source=src, field=unknown[0],
+                         allowed="name, currency, source, notes, prices")
+    out = {}
+    for hw, v in data["prices"].items():
+        x = v.get("per_device_hour") if isinstance(v, dict) else v
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not np.isfinite(x) or x < 0:
+            raise InputError(f"must be a non-negative number per device-hour, got {v!r}", source=src,
+                             field=f"prices.{hw}")
+        out[str(hw).strip().lower()] = float(x)
+    return {"currency": str(data.get("currency", "USD")), "source": str(data.get("source", "")),
+            "prices": out}
+
+
+def _int_option(options, key, default, lo=1, hi=1 << 20):
+    v = options.get(key, default)
+    try:
+        x = int(str(v).strip()) if not isinstance(v, int) else v
+    except ValueError:
+        raise InputError(f"must be an integer, got {v!r}", field=key) from None
+    if not lo <= x <= hi:
+        raise InputError(f"out of range: {x}", field=key, allowed=f"{lo}..{hi}")
+    return x
+
+
+def _hardware_list(value) -> list:
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(h).strip() for h in items if str(h).strip()]
+
+
+# ----------------------------------------------------------------------------- feasibility
+
+def _meets(res: dict, targets: dict):
+    """Element-wise: every target met (arrays or scalars)."""
+    ok = np.asarray(True)
+    for key, limit in targets.items():
+        out, sense = TARGETS[key]
+        v = np.asarray(res[out], dtype=float)
+        ok = ok & ((v <= limit * (1 + 1e-12)) if sense == "max" else (v >= limit * (1 - 1e-12)))
+    return ok
+
+
+def _why(res: dict) -> str:
+    """The constraint that makes one (scalar) evaluation infeasible; the bound resource when feasible."""
+    if not bool(res["fits"]):
+        return "memory_capacity"
+    return BOUND_TO_CONSTRAINT.get(str(res["bound"]), str(res["bound"]))
+
+
+def _largest_batch(rec_fields: dict, targets: dict, max_batch: int):
+    """(largest feasible B or None, binding constraint of B + 1) for one configuration."""
+    rec = parse_record(dict(rec_fields, batch_size=1))
+    Bs = np.arange(1, max_batch + 1, dtype=float)
+    try:
+        res = evaluate_arrays(rec, {"batch_size": Bs}, with_baseline=False)
+        fits = np.broadcast_to(np.asarray(res["fits"], dtype=bool), Bs.shape)
+        ok = fits & np.broadcast_to(_meets(res, targets), Bs.shape)
+    except InputError:
+        # configurations priced one row at a time (hardware-optimised trees): bisect, assuming
+        # feasibility is monotone in B (memory and time per token only grow with the batch)
+        def feas(b):
+            r = evaluate(dict(rec_fields, batch_size=b))
+            return bool(r["fits"]) and bool(_meets(r, targets)), bool(r["fits"])
+        lo, hi = 0, max_batch
+        if feas(hi)[0]:
+            return max_batch, "max_batch"
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if feas(mid)[0] else (lo, mid)
+        if lo == 0:
+            return None, ("memory_capacity" if not feas(1)[1] else "target")
+        return lo, ("memory_capacity" if not feas(lo + 1)[1] else "target")
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return None, ("memory_capacity" if not fits[0] else "target")
+    b = int(idx[-1]) + 1
+    if b == max_batch:
+        return b, "max_batch"
+    return b, ("memory_capacity" if not fits[b] else "target")
+
+
+def _device_candidates(rec_fields: dict, parallelism: str, max_devices: int) -> list:
+    """(tp, pp) pairs to try, in increasing n = tp·pp (then increasing pp)."""
+    if rec_fields.get("n_devices") not in (None, ""):
+        n = int(str(rec_fields["n_devices"]).strip())
+        tp = rec_fields.get("tensor_parallel")
+        pp = int(str(rec_fields.get("pipeline_parallel") or 1).strip())
+        return [(int(str(tp).strip()) if tp not in (None, "") else n // pp, pp)]
+    ex = build_exec(parse_record(dict(rec_fields, batch_size=1, n_devices=1, tensor_parallel=None,
+                                      pipeline_parallel=None)))
+    m = ex.model
+    pps = [1] if parallelism == "tp" else divisors(m.n_layers)
+    cands = [(tp, pp) for tp in divisors(m.n_heads) for pp in pps if tp * pp <= max_devices]
+    return sorted(cands, key=lambda c: (c[0] * c[1], c[1]))
+
+
+def _config(rec_fields, tp, pp):
+    d = {k: v for k, v in rec_fields.items() if k not in ("n_devices", "tensor_parallel", "pipeline_parallel")}
+    return dict(d, n_devices=tp * pp, tensor_parallel=tp, pipeline_parallel=pp)
+
+
+def _try(rec_fields: dict, targets: dict, tp: int, pp: int, batch_fixed: bool, max_batch: int) -> dict:
+    """Evaluate one (tp, pp): at the given batch, or at the largest feasible batch."""
+    cfg = _config(rec_fields, tp, pp)
+    row = {"n_devices": tp * pp, "tensor_parallel": tp, "pipeline_parallel": pp}
+    if batch_fixed:
+        res = evaluate(cfg)
+        row["batch_size"] = int(str(cfg["batch_size"]).strip())
+    else:
+        b, why = _largest_batch(cfg, targets, max_batch)
+        row["batch_size"] = b
+        row["batch_limited_by"] = why
+        res = evaluate(dict(cfg, batch_size=b or 1))
+    row["meets_target"] = bool(_meets(res, targets))
+    row["feasible"] = bool(res["fits"]) and row["meets_target"] and row["batch_size"] is not None
+    row["why_not"] = None if row["feasible"] else _why(res)
+    row.update({k: res[k] for k in REPORTED if k in res})
+    row["n_devices_total"] = res.get("n_devices_total", tp * pp)
+    return row
+
+
+def _rank_key(row, batch_fixed):
+    """Best first: feasible, then (batch search) the largest batch, then the lowest time per token."""
+    return (not row["feasible"], 0 if batch_fixed else -(row["batch_size"] or 0),
+            row["time_per_output_token_s"])
+
+
+def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch) -> dict:
+    batch_fixed = rec_fields.get("batch_size") not in (None, "")
+    devices_fixed = rec_fields.get("n_devices") not in (None, "")
+    cands = _device_candidates(rec_fields, parallelism, max_devices)
+    tried, by_n = [], {}
+    answer = None
+    for tp, pp in cands:
+        n = tp * pp
+        if answer is not None and n > answer["n_devices"]:
+            break
+        row = _try(rec_fields, targets, tp, pp, batch_fixed, max_batch)
+        tried.append(row)
+        by_n.setdefault(n, []).append(row)
+        if row["feasible"] and (answer is None or _rank_key(row, batch_fixed) < _rank_key(answer, batch_fixed)):
+            answer = row
+    if answer is None:
+        best = min(tried, key=lambda r: (not r["fits"], r["time_per_output_token_s"]))
+        out = dict(best, feasible=False, binding_constraint=best["why_not"])
+        out["reason"] = (f"no configuration within {max_devices} devices fits and meets the target; the "
+                         f"closest ({best['n_devices']} devices, TP {best['tensor_parallel']} × PP "
+                         f"{best['pipeline_parallel']}) fails on {best['why_not']}" if not devices_fixed else
+                         f"{best['n_devices']} device(s) fail on {best['why_not']}")
+        if best["why_not"] != "memory_capacity":
+            out["reason"] += f" ({_fmt_miss(best, targets)})"
+        return _finish(out, tried, targets)
+    out = dict(answer)
+    n = answer["n_devices"]
+    smaller = [m for m in by_n if m < n]
+    if not devices_fixed and smaller:
+        prev = min(by_n[max(smaller)], key=lambda r: (not r["fits"], r["time_per_output_token_s"]))
+        why = out["binding_constraint"] = prev["why_not"]
+        out["reason"] = (f"{n} device(s) (TP {answer['tensor_parallel']} × PP {answer['pipeline_parallel']}) is "
+                         f"the fewest that fit and meet the target; {max(smaller)} device(s) fail on {why}"
+                         + (f" ({_fmt_miss(prev, targets)})" if why != "memory_capacity" else
+                            f" (peak {prev['peak_device_memory_bytes'] / 1e9:.1f} GB > usable "
+                            f"{prev['usable_memory_bytes'] / 1e9:.1f} GB per device)"))
+        if not batch_fixed:
+            out["reason"] += f"; batch {answer['batch_size']} is limited by {answer['batch_limited_by']}"
+    elif not batch_fixed:
+        out["binding_constraint"] = answer["batch_limited_by"]
+        out["reason"] = f"batch {answer['batch_size']} is the largest that fits and meets the target; the next " \
+                        f"batch fails on {answer['batch_limited_by']}"
+    else:
+        out["binding_constraint"] = BOUND_TO_CONSTRAINT.get(str(answer["bound"]), str(answer["bound"]))
+        out["reason"] = (f"feasible with {n} device(s); nothing smaller was tried" if devices_fixed else
+                         "one device suffices") + f"; its step time is bound by {out['binding_constraint']}"
+    return _finish(out, tried, targets)
+
+
+def _fmt_miss(row, targets) -> str:
+    parts = []
+    for key, limit in targets.items():
+        out, sense = TARGETS[key]
+        parts.append(f"{out} {row[out]:.4g} vs target {'≤' if sense == 'max' else '≥'} {limit:.4g}")
+    return "; ".join(parts) or "no target"
+
+
+def _finish(out, tried, targets) -> dict:
+    out = {k: v for k, v in out.items() if k != "why_not"}
+    out["targets"] = dict(targets)
+    out["candidates"] = [{k: r.get(k) for k in ("n_devices", "tensor_parallel", "pipeline_parallel", "batch_size",
+                                                 "fits", "meets_target", "feasible", "time_per_output_token_s",
+                                                 "tokens_per_s", "peak_device_memory_bytes", "bound", "why_not")}
+                         for r in tried]
+    return out
+
+
+# ----------------------------------------------------------------------------- entry point
+
+def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices: int | None = None,
+         max_batch: int | None = None, parallelism: str | None = None) -> dict:
+    """Capacity plan for ``record`` (a flat mapping; ``target_*`` fields and the options below may be
+    in it too). Returns a dict with ``hardware``, ``n_devices``, ``tensor_parallel``,
+    ``pipeline_parallel``, ``batch_size``, the predicted figures of :func:`costmodel.evaluate`,
+    ``feasible``, ``binding_constraint``, ``reason``, ``candidates`` (every configuration tried) and,
+    with several hardware options, ``options`` (one answer each, best first) and the prices.
+
+    Options: ``prices`` (path to a prices YAML, or its parsed mapping), ``max_devices`` (64),
+    ``max_batch`` (1024), ``parallelism`` ('tp_pp' tries TP and TP×PP; 'tp' only TP). Search rules
+    and ``binding_constraint`` values: module docstring.
+    """
+    if not isinstance(record, dict):
+        raise InputError(f"a plan record must be a mapping of field: value, got {type(record).__name__}")
+    rec_fields, t2, opts = split_targets(record)
+    if targets:
+        t2.update(split_targets({k if str(k).startswith("target_") else f"target_{k}": v
+                                 for k, v in targets.items()})[1])
+    targets = t2
+    for key, val in (("prices", prices), ("max_devices", max_devices), ("max_batch", max_batch),
+                     ("parallelism", parallelism)):
+        if val is not None:
+            opts[key] = val
+    max_devices = _int_option(opts, "max_devices", 64, 1, 4096)
+    max_batch = _int_option(opts, "max_batch", 1024, 1, 1 << 20)
+    parallelism = str(opts.get("parallelism", "tp_pp")).strip().lower().replace("-", "_")
+    if parallelism not in ("tp", "tp_pp"):
+        raise InputError(f"unknown value {parallelism!r}", field="parallelism", allowed="tp, tp_pp")
+    price_info = None
+    if opts.get("prices") is not None:
+        p = opts["prices"]
+        price_info = load_prices(p) if not isinstance(p, dict) else {
+            "currency": "USD", "source": "", "prices": {str(k).lower(): float(v) for k, v in p.items()}}
+    hws = _hardware_list(rec_fields.get("hardware"))
+    if not hws and price_info:
+        hws = sorted(price_info["prices"])
+    if not hws:
+        raise InputError("missing required field", field="hardware",
+                         allowed="a hardware id or path, a comma-separated list of them, or a prices file")
+    for req in ("model", "prompt_len"):
+        if rec_fields.get(req) in (None, ""):
+            raise InputError("missing required field", field=req)
+    # validate everything else once (unknown fields, bad values) before searching
+    probe = dict(rec_fields, hardware=hws[0])
+    probe.setdefault("batch_size", 1)
+    parse_record({k: v for k, v in probe.items() if v not in (None, "")})
+
+    answers = []
+    for hw in hws:
+        ans = _plan_one(dict(rec_fields, hardware=hw), targets, parallelism, max_devices, max_batch)
+        ans = {"hardware": hw, **ans}
+        if price_info is not None:
+            price = price_info["prices"].get(hw.lower())
+            if price is None and len(hws) > 1:
+                raise InputError(f"no price for hardware '{hw}'", field="prices",
+                                 allowed=", ".join(sorted(price_info["prices"])))
+            if price is not None:
+                ans["price_per_device_hour"] = price
+                ans["cost_per_hour"] = price * ans["n_devices_total"]
+                tps = ans.get("tokens_per_s") or 0.0
+                ans["cost_per_million_tokens"] = ans["cost_per_hour"] / (3600.0 * tps) * 1e6 if tps > 0 else None
+                ans["currency"] = price_info["currency"]
+        answers.append(ans)
+    batch_fixed = rec_fields.get("batch_size") not in (None, "")
+
+    def cost_key(a):
+        if "cost_per_hour" in a:
+            c = a["cost_per_hour"] if batch_fixed else (a["cost_per_million_tokens"] or float("inf"))
+        else:
+            c = a["n_devices_total"]
+        return (not a["feasible"], c, a["time_per_output_token_s"])
+
+    answers.sort(key=cost_key)
+    best = dict(answers[0])
+    if len(answers) > 1:
+        best["objective"] = ("cost_per_hour" if batch_fixed else "cost_per_million_tokens") \
+            if price_info else "fewest devices"
+        best["options"] = [{k: v for k, v in a.items() if k != "candidates"} for a in answers]
+    if price_info is not None:
+        best["prices_source"] = price_info["source"]
+    return best

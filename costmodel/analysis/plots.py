@@ -1,0 +1,371 @@
+"""Pictures (matplotlib, Agg backend): decision map, roofline, sweep. CLI: ``costmodel plot``.
+
+* :func:`decision_map` — which strategy wins over batch size × context length for one model and
+  device. Each strategy family is tuned per cell exactly as :func:`costmodel.analysis.recommend.recommend`
+  does (γ = 1..8, tree budgets 2..64); the cell's colour is the winner, its shade the margin over the
+  runner-up (light ≈ 1×, full colour ≥ 1.5×, the number printed in the cell); hatched grey = nothing fits.
+* :func:`roofline` — the device's roofline (datasheet and achievable) with each operator of each phase
+  (prefill, AR decode step, the record's draft and verification passes) placed at its arithmetic
+  intensity (FLOP/byte) and achieved FLOP/s.
+* :func:`sweep` — any output metric over one axis, one line per strategy (each tuned per point).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costmodel.errors import InputError
+
+COLORS = {"autoregressive": "#4C72B0", "speculative": "#DD8452", "tree": "#55A868", "shared_prefix": "#8172B3"}
+LABELS = {"autoregressive": "autoregressive", "speculative": "speculative (chain)", "tree": "tree",
+          "shared_prefix": "shared prefix"}
+PHASE_STYLE = {"prefill": ("o", "#C44E52"), "AR decode step": ("s", "#4C72B0"), "draft pass": ("^", "#DD8452"),
+               "verification pass": ("D", "#55A868")}
+FULL_MARGIN = 1.5          # a cell is drawn in full colour when the winner leads the runner-up by this much
+SHORT = {"norm_rope_residual": "norm", "qkv_proj": "qkv", "o_proj": "o", "ffn_activation": "act", "lm_head": "lm_head",
+         "embedding": "embed", "attention": "attention", "ffn": "ffn", "moe_ffn": "moe", "medusa_heads": "medusa"}
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+DEFAULT_CONTEXTS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+OBJECTIVE_TEXT = {"tokens_per_s": "aggregate tokens/s", "tokens_per_s_per_seq": "tokens/s per sequence",
+                  "time_per_output_token_s": "time per output token", "e2e_latency_s": "end-to-end latency",
+                  "step_latency_s": "step latency"}
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _need(fields: dict, *keys):
+    for k in keys:
+        if fields.get(k) in (None, ""):
+            raise InputError("missing required field", field=k, allowed="e.g. model=llama-2-7b hardware=a100-80gb")
+
+
+def _hw_name(hw_id) -> str:
+    from costmodel.inputs.hardware import load_hardware
+    return load_hardware(hw_id).name
+
+
+def _pick_metric(e: dict, metric: str, shape) -> np.ndarray:
+    """The metric of each cell's best variant of one family (NaN where nothing fits)."""
+    vals = []
+    for r in e["results"]:
+        v = r.get(metric)
+        if v is None:
+            vals.append(np.full(shape, np.nan))
+            continue
+        a = np.asarray(v)
+        vals.append(np.broadcast_to(a.astype(float) if a.dtype != object else np.full(a.shape, np.nan), shape))
+    stack = np.stack(vals)
+    out = np.take_along_axis(stack, np.asarray(e["index"])[None], axis=0)[0]
+    return np.where(np.isfinite(e["goodness"]), out, np.nan)
+
+
+def _fields_with_alpha(fields: dict) -> tuple[dict, str]:
+    from costmodel.analysis.recommend import acceptance_of
+    a, note = acceptance_of(fields)
+    return fields, (f"α = {a:.2f}" + (" (assumed)" if note and "assumed" in note else ""))
+
+
+# --------------------------------------------------------------------------- decision map
+def decision_map_data(fields: dict, batch_sizes=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
+                      objective: str = "tokens_per_s") -> dict:
+    """Winner, margin and per-family objective on the batch × context grid (rows = contexts)."""
+    from costmodel.analysis.recommend import evaluate_families
+    _need(fields, "model", "hardware")
+    f = dict(fields)
+    f.setdefault("batch_size", 1)
+    f.setdefault("prompt_len", 1)
+    B = np.asarray(batch_sizes, dtype=float)[None, :]
+    P = np.asarray(contexts, dtype=float)[:, None]
+    ev = evaluate_families(f, f["hardware"], {"batch_size": B, "prompt_len": P}, objective=objective)
+    names = list(ev)
+    shape = (len(contexts), len(batch_sizes))
+    goods = np.stack([np.broadcast_to(ev[k]["goodness"], shape) for k in names])
+    order = np.argsort(-goods, axis=0)
+    best = order[0]
+    g1 = np.take_along_axis(goods, order[:1], axis=0)[0]
+    g2 = np.take_along_axis(goods, order[1:2], axis=0)[0] if len(names) > 1 else np.full(shape, -np.inf)
+    fits = np.isfinite(g1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        margin = np.where(np.isfinite(g2) & (g2 > 0), g1 / g2, np.inf)
+    configs = np.empty(shape, dtype=object)
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            k = names[best[i, j]]
+            idx = int(np.broadcast_to(ev[k]["index"], shape)[i, j])
+            configs[i, j] = ev[k]["configs"][idx]
+    return {"names": names, "winner": best, "margin": margin, "fits": fits, "configs": configs,
+            "batch_sizes": list(batch_sizes), "contexts": list(contexts), "objective": objective,
+            "goodness": {k: goods[n] for n, k in enumerate(names)}}
+
+
+def decision_map(fields: dict, output: str, batch_sizes=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
+                 objective: str = "tokens_per_s") -> dict:
+    """Write the decision map PNG to ``output``; returns the data (see :func:`decision_map_data`)."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
+
+    from costmodel.analysis.recommend import OBJECTIVES
+    plt = _plt()
+    fields, alpha_txt = _fields_with_alpha(fields)
+    d = decision_map_data(fields, batch_sizes, contexts, objective)
+    names, win, margin, fits = d["names"], d["winner"], d["margin"], d["fits"]
+    ny, nx = win.shape
+    img = np.ones((ny, nx, 3))
+    for i in range(ny):
+        for j in range(nx):
+            if not fits[i, j]:
+                img[i, j] = (0.85, 0.85, 0.85)
+                continue
+            base = np.array(to_rgb(COLORS[names[win[i, j]]]))
+            m = margin[i, j]
+            t = 1.0 if not math.isfinite(m) else min(1.0, max(0.0, math.log(m) / math.log(FULL_MARGIN)))
+            shade = 0.3 + 0.7 * t
+            img[i, j] = 1.0 - shade * (1.0 - base)
+    fig, ax = plt.subplots(figsize=(1.0 * nx + 3.2, 0.62 * ny + 2.4), dpi=120)
+    ax.imshow(img, origin="lower", aspect="auto", interpolation="nearest")
+    for i in range(ny):
+        for j in range(nx):
+            if not fits[i, j]:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#999999",
+                                           linewidth=0))
+                continue
+            m = margin[i, j]
+            cfg = d["configs"][i, j]
+            sub = ""
+            if "gamma" in cfg:
+                sub = f"γ={cfg['gamma']}"
+            elif "tree_nodes" in cfg:
+                sub = f"{cfg.get('draft_model', '')[:6]} T={cfg['tree_nodes']}"
+            txt = ("only fit" if not math.isfinite(m) else f"{m:.2f}×") + (f"\n{sub}" if sub else "")
+            ax.text(j, i, txt, ha="center", va="center", fontsize=7, color="black")
+    ax.set_xticks(range(nx), [str(b) for b in d["batch_sizes"]])
+    ax.set_yticks(range(ny), [f"{c:,}" for c in d["contexts"]])
+    ax.set_xlabel("batch size (sequences decoding together)")
+    ax.set_ylabel("context length when decoding starts (tokens)")
+    gen = fields.get("gen_len", 128)
+    ax.set_title(f"Which strategy wins: {fields['model']} on {_hw_name(fields['hardware'])}\n"
+                 f"best = {'highest' if OBJECTIVES[objective] > 0 else 'lowest'} {OBJECTIVE_TEXT[objective]}; {alpha_txt}; {gen} generated tokens; "
+                 f"number = margin over the runner-up", fontsize=10)
+    handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in names]
+    handles.append(Patch(facecolor=(0.85, 0.85, 0.85), hatch="///", edgecolor="#999999", label="nothing fits"))
+    handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", label=f"paler = smaller margin\n(full colour ≥ {FULL_MARGIN:g}×)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)
+    return d
+
+
+# --------------------------------------------------------------------------- roofline
+def roofline_data(fields: dict) -> dict:
+    """Operators of each phase: (phase, name, FLOPs, HBM bytes, seconds) per device, plus the device's peaks."""
+    from costmodel.engine.evaluate import build_draft, build_exec, make_ctx
+    from costmodel.inputs.record import parse_record
+    from costmodel.engine.roofline import pass_cost
+    from costmodel.engine.strategies.common import decode_shape, prefill_shape
+    _need(fields, "model", "hardware", "batch_size", "prompt_len")
+    rec = parse_record(fields, allow_meta=True)
+    ex = build_exec(rec)
+    ctx = make_ctx(rec, ex)
+    B, P, L = float(rec.batch_size), float(rec.prompt_len), float(ctx.L)
+    phases = [("prefill", pass_cost(prefill_shape(B, P), ex), ex.tp),
+              ("AR decode step", pass_cost(decode_shape(B, 1.0, L), ex), ex.tp)]
+    if rec.strategy == "speculative":
+        phases.append(("verification pass", pass_cost(decode_shape(B, rec.gamma + 1.0, L), ex), ex.tp))
+        d = build_draft(rec, ex)
+        if d is not None:
+            phases.append(("draft pass", pass_cost(decode_shape(B, 1.0, L), d), d.tp))
+    elif rec.strategy == "tree":
+        from costmodel.engine.strategies.tree import build_tree, medusa_ops, resolve_draft, verify_shape
+        t = build_tree(ctx)
+        d_ex, kind = resolve_draft(ctx, build_draft(rec, ex))
+        extra = medusa_ops(ex, max(t.depth, 1), B) if kind == "medusa" else []
+        phases.append(("verification pass", pass_cost(verify_shape(ctx, t, rec.attention_kernel, extra), ex), ex.tp))
+        if d_ex is not None:
+            from costmodel.engine.ops import PassShape
+            n1 = float(t.level_sizes[0])
+            phases.append(("draft pass", pass_cost(PassShape(tokens=B * n1, pairs=B * n1 * (L + 1), kv_hbm_tokens=B * L,
+                                                             lm_tokens=B * n1), d_ex), d_ex.tp))
+    ops = []
+    for phase, cost, tp in phases:
+        for name, fl, hb, t, bound in cost.ops:
+            fl, hb, t = (float(np.ravel(x)[0]) for x in (fl, hb, t))
+            if hb <= 0 or fl <= 0 or t <= 0:
+                continue
+            ops.append({"phase": phase, "name": name, "flops": fl / tp, "hbm_bytes": hb / tp, "time_s": t,
+                        "intensity": fl / hb, "flops_per_s": fl / tp / t, "bound": str(np.ravel(bound)[0])})
+    from costmodel.inputs import dtypes
+    return {"ops": ops, "peak_flops": ex.hw.matrix_peak(dtypes.compute_dtype(ex.weight_dtype)),
+            "achievable_flops": ex.matrix_flops_per_s, "peak_bw": ex.hw.bandwidth_bytes_per_s,
+            "achievable_bw": ex.hbm_bytes_per_s, "vector_flops": ex.vector_flops_per_s, "hw_name": ex.hw.name,
+            "record": rec}
+
+
+def roofline(fields: dict, output: str) -> dict:
+    """Write the roofline PNG to ``output``; returns the data (see :func:`roofline_data`)."""
+    plt = _plt()
+    d = roofline_data(fields)
+    rec = d["record"]
+    fig, ax = plt.subplots(figsize=(9.5, 6.6), dpi=120)
+    ai = np.logspace(-1, 4, 400)
+    for peak_f, bw, style, lab in ((d["peak_flops"], d["peak_bw"], "-", "datasheet peak"),
+                                   (d["achievable_flops"], d["achievable_bw"], "--", "achievable (measured efficiency)")):
+        ax.plot(ai, np.minimum(peak_f, ai * bw) / 1e12, style, color="black", lw=1.4 if style == "-" else 1.0,
+                label=f"roofline, {lab}")
+    ridge = d["achievable_flops"] / d["achievable_bw"]
+    ax.axvline(ridge, color="#999999", lw=0.8, ls=":")
+    ax.text(ridge * 1.08, d["achievable_flops"] / 1e12 * 0.06, f"ridge {ridge:.0f} FLOP/B", fontsize=8,
+            color="#666666", rotation=90, va="bottom")
+    seen = set()
+    for o in d["ops"]:
+        marker, color = PHASE_STYLE.get(o["phase"], ("o", "gray"))
+        lab = o["phase"] if o["phase"] not in seen else None
+        seen.add(o["phase"])
+        size = 30 + 250 * min(1.0, o["time_s"] / max(x["time_s"] for x in d["ops"] if x["phase"] == o["phase"]))
+        ax.scatter(o["intensity"], o["flops_per_s"] / 1e12, marker=marker, s=size, color=color, alpha=0.75,
+                   edgecolor="black", linewidth=0.5, label=lab, zorder=3)
+    # one label per cluster of operators at about the same intensity, per phase
+    offsets = {"prefill": (6, 6), "AR decode step": (8, -12), "verification pass": (8, 6), "draft pass": (-8, -14)}
+    for phase in dict.fromkeys(o["phase"] for o in d["ops"]):
+        ops = sorted((o for o in d["ops"] if o["phase"] == phase), key=lambda o: o["intensity"])
+        clusters = []
+        for o in ops:
+            if clusters and o["intensity"] / clusters[-1][-1]["intensity"] < 1.3:
+                clusters[-1].append(o)
+            else:
+                clusters.append([o])
+        _, color = PHASE_STYLE.get(phase, ("o", "gray"))
+        dx, dy = offsets.get(phase, (6, 6))
+        total = sum(o["time_s"] for o in ops)
+        for cl in clusters:
+            if sum(o["time_s"] for o in cl) < 0.08 * total:       # label only what takes time
+                continue
+            names = ", ".join(dict.fromkeys(SHORT.get(o["name"], o["name"]) for o in cl))
+            top = max(cl, key=lambda o: o["time_s"])
+            ax.annotate(names, (top["intensity"], top["flops_per_s"] / 1e12), fontsize=7, xytext=(dx, dy),
+                        textcoords="offset points", color=color, ha="left" if dx > 0 else "right")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(0.1, max([1e4] + [o["intensity"] * 4 for o in d["ops"]]))
+    lo = min([o["flops_per_s"] for o in d["ops"]] + [d["peak_flops"] * 1e-4]) / 1e12
+    ax.set_ylim(max(lo * 0.5, 1e-4), d["peak_flops"] / 1e12 * 2)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
+    ax.set_ylabel("achieved throughput (TFLOP/s)")
+    strat = rec.strategy + (f", draft {rec.draft_model}" if rec.draft_model else "") + (
+        f", γ={rec.gamma}" if rec.strategy == "speculative" else "") + (
+        f", {rec.tree_nodes} nodes" if rec.strategy == "tree" and rec.tree_nodes else "")
+    ax.set_title(f"Roofline of {d['hw_name']}: {rec.model}, batch {rec.batch_size}, prompt {rec.prompt_len}\n"
+                 f"operators of each phase ({strat})\nmarker size = share of the phase's time; labelled: operators taking ≥ 8% of it", fontsize=10)
+    ax.grid(True, which="major", ls=":", lw=0.5)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)
+    return d
+
+
+# --------------------------------------------------------------------------- sweep
+def sweep_data(fields: dict, axis: str, values: list, metric: str = "tokens_per_s",
+               objective: str = "tokens_per_s", strategies=None) -> dict:
+    """Per strategy family (each tuned per point for ``objective``): ``metric`` at each axis value."""
+    from costmodel.engine.evaluate import NUMERIC_AXES
+    from costmodel.analysis.recommend import evaluate_families, variants
+    _need(fields, "model", "hardware") if axis not in ("model", "hardware") else None
+    out = {}
+    if axis in NUMERIC_AXES and axis not in ("acceptance_rate", "mean_accepted_tokens"):
+        try:
+            arr = np.asarray([float(v) for v in values])
+        except ValueError:
+            raise InputError("the sweep axis needs numbers", field=axis, value=values) from None
+        f = dict(fields)
+        f.setdefault(axis, arr[0])
+        ev = evaluate_families(f, f["hardware"], {axis: arr}, objective=objective)
+        for k, e in ev.items():
+            out[k] = _pick_metric(e, metric, arr.shape)
+        x = arr
+    else:
+        x = list(values)
+        cols = {}
+        for v in values:
+            f = dict(fields)
+            f[axis] = v
+            _need(f, "model", "hardware")
+            fam, _ = variants(f)
+            ev = evaluate_families(f, f["hardware"], objective=objective, fam=fam)
+            for k, e in ev.items():
+                cols.setdefault(k, []).append(float(_pick_metric(e, metric, ())))
+        out = {k: np.asarray(v) for k, v in cols.items()}
+        try:
+            x = np.asarray([float(v) for v in values])
+        except ValueError:
+            pass
+    if strategies:
+        out = {k: v for k, v in out.items() if k in strategies}
+    bad = [k for k in out if np.all(np.isnan(out[k]))]
+    if len(bad) == len(out):
+        raise InputError(f"no strategy has metric {metric!r} at any point (or nothing fits)", field="metric")
+    return {"x": x, "series": out, "axis": axis, "metric": metric}
+
+
+def _metric_label(metric: str) -> tuple[str, float]:
+    if metric.endswith("_bytes"):
+        return metric.replace("_bytes", "").replace("_", " ") + " (GB)", 1e-9
+    if metric.endswith("_s") and not metric.endswith("per_s"):
+        return metric[:-2].replace("_", " ") + " (ms)", 1e3
+    if metric == "tokens_per_s":
+        return "aggregate throughput (tokens/s)", 1.0
+    if metric == "tokens_per_s_per_seq":
+        return "tokens/s per sequence", 1.0
+    if metric == "speedup_vs_ar":
+        return "speedup over autoregressive (×)", 1.0
+    if metric.startswith("flops"):
+        return metric.replace("_", " ") + " (TFLOP)", 1e-12
+    return metric.replace("_", " "), 1.0
+
+
+def sweep(fields: dict, axis: str, values: list, output: str, metric: str = "tokens_per_s",
+          objective: str = "tokens_per_s", strategies=None) -> dict:
+    """Write the sweep PNG to ``output``; returns the data (see :func:`sweep_data`)."""
+    plt = _plt()
+    fields, alpha_txt = _fields_with_alpha(fields)
+    d = sweep_data(fields, axis, values, metric, objective, strategies)
+    ylab, scale = _metric_label(metric)
+    fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=120)
+    x = d["x"]
+    numeric = isinstance(x, np.ndarray) and x.dtype.kind == "f"
+    if numeric:
+        for k, y in d["series"].items():
+            ax.plot(x, y * scale, marker="o", ms=4, color=COLORS[k], label=LABELS[k])
+        if np.min(x) > 0 and np.max(x) / np.min(x) >= 20:
+            ax.set_xscale("log", base=2 if all(float(v).is_integer() for v in x) else 10)
+            ax.set_xticks(x, [f"{v:g}" for v in x])
+    else:
+        n = len(d["series"])
+        w = 0.8 / n
+        for i, (k, y) in enumerate(d["series"].items()):
+            ax.bar(np.arange(len(x)) + (i - (n - 1) / 2) * w, y * scale, width=w, color=COLORS[k], label=LABELS[k])
+        ax.set_xticks(range(len(x)), [str(v) for v in x], rotation=30, ha="right")
+    ax.set_xlabel(axis.replace("_", " "))
+    ax.set_ylabel(ylab)
+    where = fields.get("hardware") if axis != "hardware" else "each device"
+    ax.set_title(f"{ylab} over {axis.replace('_', ' ')}: {fields.get('model', '')} on {where}\n"
+                 f"each strategy tuned per point for {OBJECTIVE_TEXT[objective]}; {alpha_txt}; "
+                 f"gaps = does not fit", fontsize=10)
+    ax.grid(True, ls=":", lw=0.5)
+    if numeric:
+        ax.legend(fontsize=8, loc="best")
+    else:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)
+    return d

@@ -1,0 +1,68 @@
+"""``costmodel plan KEY=VALUE ... target_time_per_output_token_s=0.030`` — capacity planning.
+
+Leave out ``n_devices`` to search the fewest devices, ``batch_size`` to search the largest batch;
+give several hardware ids (``hardware=a100-80gb,h100-sxm``) or ``--prices FILE`` to pick the cheapest.
+Rules and outputs: :mod:`costmodel.plan`.
+"""
+
+from __future__ import annotations
+
+from costmodel.cli import format as fmt
+from costmodel.cli.main import emit, parse_kv
+
+CANDIDATE_COLUMNS = (
+    ("n_devices", "dev", None, "{:.0f}"),
+    ("tensor_parallel", "TP", None, "{:.0f}"),
+    ("pipeline_parallel", "PP", None, "{:.0f}"),
+    ("batch_size", "batch", None, "{}"),
+    ("time_per_output_token_s", "TPOT ms", 1e3, "{:.2f}"),
+    ("tokens_per_s", "tok/s", 1, "{:.1f}"),
+    ("peak_device_memory_bytes", "peak GB", 1e-9, "{:.2f}"),
+    ("fits", "fits", None, "{}"),
+    ("meets_target", "meets", None, "{}"),
+    ("bound", "bound", None, "{}"),
+    ("why_not", "fails on", None, "{}"),
+)
+OPTION_COLUMNS = (("hardware", "hardware", None, "{}"),) + CANDIDATE_COLUMNS[:5] + (
+    ("feasible", "feasible", None, "{}"),
+    ("cost_per_hour", "cost/h", 1, "{:.2f}"),
+    ("cost_per_million_tokens", "cost/1M tok", 1, "{:.3f}"),
+    ("binding_constraint", "binding", None, "{}"),
+)
+
+
+def register(subparsers, common):
+    p = subparsers.add_parser(
+        "plan", parents=[common],
+        help="capacity planning: fewest devices / largest batch that fit and meet a target; cheapest hardware",
+        description="Capacity planning. Targets: target_time_per_output_token_s, target_step_latency_s, "
+                    "target_ttft_s, target_e2e_latency_s (upper bounds); target_tokens_per_s (aggregate), "
+                    "target_tokens_per_s_per_seq (lower bounds). Leave out n_devices to search device "
+                    "counts (TP, TP×PP), batch_size to search the largest batch; several hardware ids "
+                    "(comma-separated) or --prices to pick the cheapest.")
+    p.add_argument("fields", nargs="+", metavar="KEY=VALUE")
+    p.add_argument("--prices", metavar="PRICES.yaml", help="prices per device-hour (see scenarios/prices_example.yaml)")
+    p.add_argument("--max-devices", type=int, default=None, help="largest device count tried (default 64)")
+    p.add_argument("--max-batch", type=int, default=None, help="largest batch tried (default 1024)")
+    p.add_argument("--parallelism", choices=("tp", "tp_pp"), default=None,
+                   help="tp: tensor parallel only; tp_pp (default): also tensor × pipeline parallel")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    from costmodel.analysis.plan import plan
+    fields = parse_kv(args.fields)
+    out = plan(fields, prices=args.prices, max_devices=args.max_devices, max_batch=args.max_batch,
+               parallelism=args.parallelism)
+    if args.format == "table":
+        print(fmt.key_value_table({k: v for k, v in out.items() if not isinstance(v, (list, dict))}))
+        for k, v in out.get("targets", {}).items():
+            print(f"{k}  {v:g}")
+        if out.get("options"):
+            print("\nhardware options (best first):")
+            print(fmt.table(out["options"], OPTION_COLUMNS))
+        print("\nconfigurations tried:")
+        print(fmt.table(out["candidates"], CANDIDATE_COLUMNS))
+    else:
+        row = {k: v for k, v in out.items() if not isinstance(v, (list, dict))}
+        emit(args, out, rows=[row])

@@ -1,0 +1,113 @@
+"""``costmodel validate [CSV ...] [--fit] [--report]``: predictions against published measurements.
+
+Without flags: every row predicted with the current runtime profiles (for the project's own data
+these were fitted on the same rows, so the errors are *in sample*). ``--report``: held-out errors
+(leave-one-source-out refits, see :mod:`costmodel.calibration.calibrate`), written to REPORT.md, a log-log PNG
+and error_band.yaml. ``--fit``: the same held-out run, plus the all-rows fit written into
+``runtimes/*.yaml`` (with provenance) and ``calibration.yaml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(subparsers, common):
+    p = subparsers.add_parser(
+        "validate", parents=[common],
+        help="compare predictions with published measurements (default: the project's validation/ data)",
+        description="Per-row prediction and relative error, summarised overall and by metric, strategy, "
+                    "hardware and runtime. --report/--fit give held-out (leave-one-source-out) errors.")
+    p.add_argument("csv", nargs="*", metavar="CSV", help="measurement CSVs (records plus id, metric, value, "
+                   "source); default: validation/measurements.csv")
+    p.add_argument("--fit", action="store_true",
+                   help="fit the runtime parameters (calibration) and write them to runtimes/*.yaml and "
+                        "calibration.yaml; reports held-out errors")
+    p.add_argument("--report", action="store_true",
+                   help="write REPORT.md, the predicted-vs-measured PNG and error_band.yaml (held-out errors)")
+    p.add_argument("--by", choices=("group", "source"), default="group",
+                   help="held-out folds: one source table (group, default) or one publication (source)")
+    p.add_argument("--output-dir", metavar="DIR", default=None,
+                   help="where --report/--fit write their files (default: validation/)")
+    p.add_argument("--rows", action="store_true", help="table output: list every row, not only the summary")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args):
+    from costmodel.cli import format as fmt
+    from costmodel.cli.main import emit
+    from costmodel.calibration.validate import VALIDATION_DIR, default_paths, load_measurements, summarize, validate
+
+    paths = [Path(c) for c in args.csv] or default_paths()
+    ms = load_measurements(paths)
+    # names for provenance and reports: never an absolute machine path
+    files = [f"validation/{p.name}" if p.resolve().parent == VALIDATION_DIR.resolve() else p.name for p in paths]
+    out_dir = Path(args.output_dir) if args.output_dir else VALIDATION_DIR
+    written = []
+    if args.fit or args.report:
+        from costmodel.calibration import calibrate
+        if (args.fit or args.report) and not out_dir.is_dir():
+            from costmodel.errors import InputError
+            raise InputError("output folder not found", source=str(out_dir), field="--output-dir")
+        loso = calibrate.leave_one_source_out(ms, by=args.by)
+        rows = loso["rows"]
+        summary = dict(summarize(rows), mode=f"held_out (leave-one-{'source' if args.by == 'group' else 'publication'}-out)")
+        date = calibrate.today()
+        if args.fit:
+            split = f"{', '.join(files)} (all rows; held-out errors by leave-one-source-out)"
+            written += calibrate.write_fit(loso, split, out_dir, date=date)
+        if args.report:
+            in_sample = validate(ms, runtimes=calibrate.runtimes_from_fit(loso["full_fit"]))
+            strict = calibrate.leave_one_source_out(ms, by="source") if args.by == "group" else None
+            written += calibrate.write_report(loso, ms, out_dir, in_sample=in_sample, strict=strict, files=files,
+                                              date=date)
+        result = {"rows": rows, "summary": summary, "fit": {r: e["params"] for r, e in loso["full_fit"].items()},
+                  "written": written}
+    else:
+        result = validate(ms)
+        result["summary"]["mode"] = "current runtime profiles (in sample for the project's own data)"
+    if args.format == "json":
+        emit(args, result)
+        return
+    if args.format == "csv":
+        print(fmt.csv_text([{k: r.get(k) for k in ("id", "metric", "measured", "predicted", "rel_error",
+                                                    "strategy", "hardware", "runtime", "model", "source_group")}
+                            for r in result["rows"]]), end="")
+        return
+    print(render_table(result, show_rows=args.rows))
+    for w in written:
+        print(f"wrote {w}")
+
+
+def render_table(result: dict, show_rows: bool = False) -> str:
+    from costmodel.cli import format as fmt
+    s = result["summary"]
+    out = [f"costmodel validate: {s['n']} numeric rows, {s['categorical']['n']} categorical "
+           f"({s['categorical']['agree']} agree); errors: {s.get('mode', '')}"]
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    cols = (("group", "group", None, "{}"), ("n", "n", None, "{}"), ("median", "median |err|", None, "{}"),
+            ("p90", "p90 |err|", None, "{}"), ("within", "within 25%", None, "{}"),
+            ("signed", "median err", None, "{}"))
+
+    def rows_of(title, groups):
+        return [{"group": f"{title}: {k}", "n": v["n"], "median": pct(v["median_abs_rel_error"]),
+                 "p90": pct(v["p90_abs_rel_error"]), "within": pct(v["within_25pct"]),
+                 "signed": pct(v["median_rel_error"])} for k, v in groups.items()]
+
+    table = rows_of("all", {"rows": s}) + rows_of("timing", {"only": s["timing_only"]})
+    for key in ("metric", "strategy", "hardware", "runtime"):
+        table += rows_of(key, s[f"by_{key}"])
+    out.append(fmt.table(table, cols))
+    if show_rows:
+        rcols = (("id", "id", None, "{}"), ("metric", "metric", None, "{}"), ("measured", "measured", None, "{}"),
+                 ("predicted", "predicted", None, "{}"), ("err", "rel err", None, "{}"))
+        rr = [{"id": r["id"], "metric": r["metric"], "measured": f"{r['measured']:.4g}" if not isinstance(
+            r["measured"], bool) else str(r["measured"]), "predicted": f"{r['predicted']:.4g}" if not isinstance(
+            r["predicted"], bool) else str(r["predicted"]), "err": "-" if r["rel_error"] is None else
+            f"{100 * r['rel_error']:+.1f}%"} for r in result["rows"]]
+        out.append(fmt.table(rr, rcols))
+    return "\n".join(out)

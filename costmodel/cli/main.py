@@ -1,0 +1,202 @@
+"""Command line: ``costmodel eval|run|sweep|check|validate|recommend|plan|probe|plot|hardware|models``.
+
+Exit status: 0 done; 2 bad input (the message names file, field, value and what is allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from costmodel.cli import format as fmt
+from costmodel.errors import InputError
+
+EXTRA_COMMANDS = ("sweep", "check", "validate", "recommend", "plan", "probe", "plot")
+
+
+def parse_kv(words, what="KEY=VALUE") -> dict:
+    """``['a=1', 'b=x']`` -> ``{'a': '1', 'b': 'x'}``; a word without '=' is an input error."""
+    out = {}
+    for w in words:
+        if "=" not in w:
+            raise InputError(f"expected {what}, got {w!r}", allowed="words like batch_size=8 model=llama-2-7b")
+        k, v = w.split("=", 1)
+        if not k.strip():
+            raise InputError(f"empty field name in {w!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def emit(args, obj, rows=None, kv=None):
+    """Print ``obj`` as JSON, or ``rows`` as a table/CSV (``kv``: one result as a two-column table)."""
+    f = getattr(args, "format", "table")
+    if f == "json":
+        print(fmt.dumps_json(obj))
+    elif f == "csv":
+        print(fmt.csv_text(rows if rows is not None else [kv or obj]), end="")
+    else:
+        if kv is not None:
+            print(fmt.key_value_table(kv))
+        elif rows is not None:
+            print(fmt.table(rows))
+        else:
+            print(fmt.dumps_json(obj))
+
+
+def cmd_eval(args):
+    from costmodel.engine.evaluate import evaluate
+    rec = parse_kv(args.fields)
+    out = evaluate(rec, details=args.details)
+    emit(args, out, rows=[out] if args.format == "csv" else None, kv=out)
+
+
+def cmd_run(args):
+    from costmodel.analysis.scenario import run_scenario
+    res = run_scenario(args.scenario)
+    if args.format == "table":
+        print(f"scenario: {res['scenario']}")
+        if res.get("description"):
+            print(res["description"].strip())
+        rows = []
+        for r in res["results"]:
+            r = dict(r)
+            if r.get("hardware_label"):
+                r["hardware"] = r["hardware_label"]
+            rows.append(r)
+        print(fmt.table(rows))
+    else:
+        emit(args, res, rows=res["results"])
+
+
+def _list_or_show(args, kind: str, load, row, cols, details):
+    """``hardware|models list`` (one row per zoo id) or ``show ID_OR_PATH`` (every field)."""
+    from costmodel.inputs.specs import zoo_ids
+    if args.action == "list":
+        rows = [row(i, load(i)) for i in zoo_ids(kind)]
+        if args.format == "table":
+            print(fmt.table(rows, cols))
+        else:
+            emit(args, rows, rows=rows)
+        return
+    if not args.id:
+        raise InputError(f"{args.command} show needs an id or a path", allowed=f"costmodel {args.command} list")
+    d = details(load(args.id))
+    emit(args, d, kv=_flatten(d))
+
+
+def cmd_hardware(args):
+    from dataclasses import asdict
+
+    from costmodel.inputs.hardware import load_hardware
+    cols = (("id", "id", None, "{}"), ("name", "name", None, "{}"), ("memory_GB", "memory GB", 1, "{:.1f}"),
+            ("bandwidth_GB_per_s", "bandwidth GB/s", 1, "{:.0f}"), ("fp16_TFLOP_per_s", "fp16 TFLOP/s", 1, "{:.1f}"),
+            ("l2_MB", "L2 MB", 1, "{:.1f}"))
+    _list_or_show(args, "hardware_specs", load_hardware,
+                  lambda i, h: {"id": i, "name": h.name, "memory_GB": h.capacity_bytes / 1e9,
+                                "bandwidth_GB_per_s": h.bandwidth_bytes_per_s / 1e9,
+                                "fp16_TFLOP_per_s": h.matrix_peak("fp16") / 1e12, "l2_MB": h.l2_bytes / 1e6},
+                  cols, asdict)
+
+
+def cmd_models(args):
+    from dataclasses import asdict
+
+    from costmodel.inputs.model import load_model
+    cols = (("id", "id", None, "{}"), ("name", "name", None, "{}"), ("params_B", "params (1e9)", 1, "{:.3f}"),
+            ("layers", "layers", 1, "{:.0f}"), ("d_model", "d_model", 1, "{:.0f}"),
+            ("kv_heads", "kv heads", 1, "{:.0f}"), ("kv_KiB_per_token_fp16", "KV KiB/token fp16", 1, "{:.0f}"))
+    _list_or_show(args, "model_specs", load_model,
+                  lambda i, m: {"id": i, "name": m.name, "params_B": m.n_params / 1e9, "layers": m.n_layers,
+                                "d_model": m.d_model, "kv_heads": m.n_kv_heads,
+                                "kv_KiB_per_token_fp16": m.kv_bytes_per_token(2) / 1024},
+                  cols, lambda m: dict(asdict(m), n_params=m.n_params,
+                                       kv_bytes_per_token_fp16=m.kv_bytes_per_token(2.0)))
+
+
+def _flatten(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, (list, tuple)):
+            continue
+        else:
+            out[key] = v
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                        help="output format (default: table)")
+    p = argparse.ArgumentParser(prog="costmodel", description="Roofline cost model for LLM decoding: "
+                                "autoregressive, speculative, token-tree and shared-prefix.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    e = sub.add_parser("eval", parents=[common], help="evaluate one record: costmodel eval KEY=VALUE ...")
+    e.add_argument("fields", nargs="+", metavar="KEY=VALUE")
+    e.add_argument("--details", action="store_true", help="add the per-operator breakdown (JSON)")
+    e.set_defaults(func=cmd_eval)
+    r = sub.add_parser("run", parents=[common], help="run a scenario YAML and compare its strategies")
+    r.add_argument("scenario", metavar="SCENARIO.yaml")
+    r.set_defaults(func=cmd_run)
+    h = sub.add_parser("hardware", parents=[common], help="list or show hardware specs")
+    h.add_argument("action", choices=("list", "show"))
+    h.add_argument("id", nargs="?")
+    h.set_defaults(func=cmd_hardware)
+    m = sub.add_parser("models", parents=[common], help="list or show models")
+    m.add_argument("action", choices=("list", "show"))
+    m.add_argument("id", nargs="?")
+    m.set_defaults(func=cmd_models)
+    for name in EXTRA_COMMANDS:
+        try:
+            mod = importlib.import_module(f".commands.{name}", __package__)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.endswith(f"commands.{name}"):
+                s = sub.add_parser(name, parents=[common], help=f"({name}: not available in this build)")
+                s.add_argument("rest", nargs="*")
+                s.set_defaults(func=_unavailable(name))
+                continue
+            raise
+        mod.register(sub, common)
+    return p
+
+
+def _unavailable(name):
+    def f(args):
+        raise InputError(f"'costmodel {name}' is not available in this build yet")
+    return f
+
+
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:     # argparse usage errors exit 2 with a message already printed
+        return int(exc.code or 0)
+    try:
+        args.func(args)
+    except InputError as exc:
+        print(f"costmodel: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("costmodel: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal bug: say so plainly; the traceback only on request
+        if os.environ.get("COSTMODEL_DEBUG"):
+            raise
+        print(f"costmodel: internal error: {type(exc).__name__}: {exc} (set COSTMODEL_DEBUG=1 for the "
+              "traceback and please report it)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

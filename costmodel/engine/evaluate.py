@@ -1,0 +1,240 @@
+"""evaluate(record) -> outputs (DESIGN §4): record → (model, hardware, runtime, strategy) → passes → result.
+
+Step metrics are those of one decoding step at the mean context L = prompt_len + gen_len/2
+(every cost is linear in L between regime changes, so the mean step equals the mean over the
+generation). Derived outputs:
+
+    tokens_per_s_per_seq    = τ / step_latency_s
+    tokens_per_s            = sequences · τ / step_latency_s
+    time_per_output_token_s = step_latency_s / τ
+    e2e_latency_s           = ttft_s + (gen_len − 1) / τ · step_latency_s
+    speedup_vs_ar           = tokens_per_s_per_seq / (the same for autoregressive decoding of the same sequences)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from costmodel.inputs import dtypes
+from costmodel.errors import InputError
+from costmodel.inputs.hardware import load_hardware
+from costmodel.inputs.model import load_model
+from costmodel.engine.ops import Exec
+from costmodel.inputs.record import Record, parse_record
+from costmodel.engine.roofline import _sum
+from costmodel.inputs.runtime import load_runtime
+from costmodel.engine.strategies import STRATEGY_FUNCS
+from costmodel.engine.strategies.autoregressive import ar_step
+from costmodel.engine.strategies.common import Ctx
+
+NUMERIC_AXES = ("batch_size", "prompt_len", "gen_len", "gamma", "acceptance_rate", "mean_accepted_tokens",
+                "draft_kv_budget", "n_branches", "shared_prefix_len")
+
+OUTPUT_KEYS = ("fits", "step_latency_s", "tokens_per_step", "tokens_per_s_per_seq", "tokens_per_s",
+               "time_per_output_token_s", "ttft_s", "e2e_latency_s", "peak_device_memory_bytes", "weights_bytes",
+               "kv_cache_bytes", "flops_per_step", "hbm_bytes_per_step", "bound", "speedup_vs_ar")
+
+
+def build_exec(rec: Record) -> Exec:
+    model = load_model(rec.model)
+    hw = load_hardware(rec.hardware, rec.power_mode)
+    rt = load_runtime(rec.runtime)
+    wd = dtypes.check(rec.weight_dtype, "weight_dtype")
+    kd = dtypes.check(rec.kv_dtype or ("fp16" if wd in ("int8", "int4") else wd), "kv_dtype")
+    pp = rec.pipeline_parallel
+    tp = rec.tensor_parallel or rec.n_devices // pp
+    if model.n_heads % tp:
+        raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
+                         field="tensor_parallel", value=tp,
+                         allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))
+    if model.n_layers % pp:
+        raise InputError(f"pipeline_parallel {pp} does not divide the model's {model.n_layers} layers",
+                         field="pipeline_parallel", value=pp)
+    return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
+                allreduce_algorithm=rec.allreduce_algorithm)
+
+
+def build_draft(rec: Record, ex: Exec):
+    """The draft's Exec (own weights and KV, one device), the target for ``self``, or None."""
+    dm = rec.draft_model
+    if rec.strategy not in ("speculative", "tree") or dm in (None, "none", "medusa", "eagle"):
+        return None
+    if dm == "self":
+        return ex
+    model = load_model(dm, field="draft_model")
+    return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=1, pp=1)
+
+
+#: the record fields that decide build_exec / build_draft (all but the numeric axes)
+_EXEC_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name not in NUMERIC_AXES)
+_EXEC_CACHE: dict = {}
+
+
+def _execs(rec: Record):
+    """(build_exec(rec), build_draft(rec, ·)), cached on the fields that decide them: Exec is
+    immutable and the spec loaders already cache by path, so this only skips the id resolution."""
+    key = tuple(getattr(rec, f) for f in _EXEC_FIELDS)
+    try:
+        hit = _EXEC_CACHE.get(key)
+    except TypeError:                    # a field holds an unhashable object (e.g. a Hardware)
+        ex = build_exec(rec)
+        return ex, build_draft(rec, ex)
+    if hit is None:
+        ex = build_exec(rec)
+        hit = (ex, build_draft(rec, ex))
+        if len(_EXEC_CACHE) >= 1024:
+            _EXEC_CACHE.clear()
+        _EXEC_CACHE[key] = hit
+    return hit
+
+
+def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
+    a = dict(arrays or {})
+
+    def get(name, default=None):
+        if name in a:
+            return np.asarray(a[name], dtype=float)
+        v = getattr(rec, name)
+        return default if v is None else np.asarray(float(v))
+
+    return Ctx(rec=rec, ex=ex, B=get("batch_size"), P=get("prompt_len"), G=get("gen_len"), gamma=get("gamma"),
+               alpha=get("acceptance_rate"), tau=get("mean_accepted_tokens"), draft_kv_budget=get("draft_kv_budget"),
+               n_branches=get("n_branches"), shared_prefix_len=get("shared_prefix_len"))
+
+
+def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool = True,
+                    bound_codes: bool = False) -> dict:
+    """Vectorised core: ``rec`` fixes the model, hardware and strategy; ``arrays`` maps any of
+    NUMERIC_AXES to numpy arrays that broadcast together. Returns a dict of arrays. With
+    ``bound_codes`` the ``bound`` and ``prefill_bound`` arrays hold int8 indices into
+    ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column)."""
+    ex, draft = _execs(rec)
+    ctx = make_ctx(rec, ex, arrays)
+    func = STRATEGY_FUNCS[rec.strategy]
+    out = func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft)
+    res = finalize(ctx, out, bound_codes)
+    if rec.strategy == "autoregressive":
+        res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
+    elif with_baseline:
+        B = ctx.B * ctx.n_branches if rec.strategy == "shared_prefix" else ctx.B
+        # only the baseline's step is needed: tokens_per_s_per_seq of AR decoding is 1 / step time
+        base_lat = ar_step(ctx, B=B).time_s
+        shape = np.broadcast_shapes(np.shape(base_lat), np.shape(res["step_latency_s"]))
+        res["speedup_vs_ar"] = res["tokens_per_s_per_seq"] / (1.0 / base_lat)
+        res["ar_step_latency_s"] = np.broadcast_to(base_lat, shape)
+    return res
+
+
+def _bc(a, shape):
+    """np.broadcast_to(a, shape), or ``a`` itself when it is a numpy value of that shape already."""
+    if isinstance(a, (np.ndarray, np.generic)) and np.shape(a) == shape:
+        return a
+    return np.broadcast_to(a, shape)
+
+
+def _sum_all(values):
+    """sum(values) (starting at 0), each addition through _roofline_fast._sum: the same elements,
+    without full-size passes over broadcast operands."""
+    total = np.asarray(0.0)                 # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
+    for v in values:
+        total = _sum(total, v)
+    return total
+
+
+def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
+    ex = ctx.ex
+    step = out.step
+    lat = step.time_s
+    # the broadcast shape of every input array (an output may vary along an axis the step time
+    # does not, e.g. tokens per step along acceptance_rate)
+    shape = np.broadcast_shapes(np.shape(lat), np.shape(out.tokens_per_step), np.shape(out.n_seqs),
+                                np.shape(ctx.G), np.shape(out.prefill.time_s), np.shape(out.kv_total_bytes),
+                                *(np.shape(v) for v in out.memory.values()),
+                                *(np.shape(v) for v in (out.other_device_memory or {}).values()),
+                                *(np.shape(v) for v in out.extras.values() if not isinstance(v, list)))
+    if np.shape(lat) != shape:
+        lat = _bc(lat, shape)
+    # float views, not copies (np.asarray copies only what is not float64 already); tps_c, the
+    # unbroadcast τ, gives the same elementwise quotients without a full-size pass
+    tps_c = np.asarray(out.tokens_per_step, dtype=float)
+    tps = _bc(tps_c, shape)
+    seqs_c = np.asarray(out.n_seqs, dtype=float)
+    seqs = _bc(seqs_c, shape)
+    mem_t = {k: _bc(np.asarray(v, dtype=float), shape) for k, v in out.memory.items()}
+    peak = _sum_all(mem_t.values())
+    if out.other_device_memory:
+        other = sum(_bc(np.asarray(v, dtype=float), shape) for v in out.other_device_memory.values())
+        peak = np.maximum(peak, other)
+    ttft = out.prefill.time_s
+    seq_tokens = seqs_c * tps_c          # tokens per step over all sequences (unbroadcast; used thrice)
+    res = {
+        "fits": peak <= ex.hw.usable_bytes,
+        "step_latency_s": lat,
+        "tokens_per_step": tps,
+        "tokens_per_s_per_seq": tps_c / lat,
+        "tokens_per_s": seq_tokens / lat,
+        "time_per_output_token_s": lat / tps_c,
+        "ttft_s": _bc(ttft, shape),
+        "e2e_latency_s": ttft + (ctx.G - 1.0) / tps_c * lat,   # G, τ unbroadcast: same values
+        "peak_device_memory_bytes": peak,
+        "usable_memory_bytes": _bc(ex.hw.usable_bytes, shape),
+        "weights_bytes": _bc(np.asarray(out.weights_total_bytes, dtype=float), shape),
+        "kv_cache_bytes": np.asarray(_bc(out.kv_total_bytes, shape), dtype=float),
+        "kv_bytes_per_token": _bc(ex.model.kv_bytes_per_token(ex.kv_elem_bytes), shape),
+        "flops_per_step": step.flops,
+        "hbm_bytes_per_step": step.hbm_bytes,
+        "flops_per_token": step.flops / seq_tokens,
+        "hbm_bytes_per_token": step.hbm_bytes / seq_tokens,
+        "arithmetic_intensity": step.flops / np.maximum(step.hbm_bytes, 1.0),
+        "bound": step.bound_index() if bound_codes else step.bound(),
+        "prefill_bound": _bc(out.prefill.bound_index() if bound_codes else out.prefill.bound(), shape),
+        "n_sequences": seqs,
+    }
+    for b, v in step.by_bound.items():
+        res[f"time_{b}_s"] = _bc(v, shape)
+    for k, v in mem_t.items():
+        res[f"memory_{k}_bytes"] = v
+    for k, v in out.extras.items():
+        if isinstance(v, list):
+            continue
+        res[k] = _bc(np.asarray(v, dtype=float), shape)
+    res["_extras"] = out.extras
+    res["_step_ops"] = step.ops
+    return res
+
+
+def _scalar(v):
+    a = np.asarray(v)
+    if a.dtype == object or a.dtype.kind in "US":
+        return str(a.ravel()[0])
+    if a.dtype == bool:
+        return bool(a.ravel()[0])
+    x = float(a.ravel()[0])
+    return x
+
+
+def evaluate(record, *, details: bool = False) -> dict:
+    """Evaluate one record (mapping, ``KEY=VALUE`` dict or :class:`Record`) -> output dict.
+
+    Keys: DESIGN §4 outputs (``OUTPUT_KEYS``) plus breakdowns (``memory_*_bytes``, ``time_*_s``,
+    ``flops_per_token``, ``arithmetic_intensity``, …). With ``details=True`` also ``operators``:
+    per-operator FLOPs, bytes, seconds and bound of one decoding step.
+    """
+    rec = parse_record(record)
+    res = evaluate_arrays(rec)
+    extras = res.pop("_extras")
+    ops = res.pop("_step_ops")
+    out = {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+    out.update({k: _scalar(v) for k, v in res.items()})
+    out["n_devices"] = rec.n_devices
+    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
+            rec.draft_model not in ("none", "medusa", "self"):
+        out["n_devices_total"] = rec.n_devices + 1
+    if "tree_parents" in extras:
+        out["tree_parents"] = extras["tree_parents"]
+    if details:
+        out["operators"] = [{"name": n, "flops": _scalar(f), "hbm_bytes": _scalar(h), "time_s": _scalar(t),
+                             "bound": _scalar(b)} for n, f, h, t, b in ops]
+    return out

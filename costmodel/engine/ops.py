@@ -1,0 +1,321 @@
+"""Per-operator FLOPs and bytes of one forward pass, on numpy arrays.
+
+A pass runs ``tokens`` query tokens (B sequences × q new tokens, summed) through every layer on
+one device of a tensor-parallel group of ``tp``. Quantities are **per device**; multiply by ``tp``
+for the group. Formulas (per layer unless stated):
+
+* GEMM:       FLOPs = 2 · params · tokens;  HBM bytes = params · w_bytes + tokens·(d_in + d_out)·act_bytes,
+              w_bytes the runtime's stored format (element + scale bytes per group; the LM head and
+              embedding in their own formats: Exec.w_bytes_for, lm_head_w_bytes, embedding_w_bytes);
+              weight-only int8/int4: + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
+              once per weight read, independent of tokens), which add to the operator's compute term
+* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
+* attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
+              HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
+              L2 bytes = KV tokens re-read from L2
+* all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
+              faster per message (auto, the default), over
+              parallel.tp_link: the network when the TP group spans nodes)
+* PP hand-off: per pass, pp − 1 activation hand-offs of tokens·d_model·act_bytes plus the sampled ids back
+              to the first stage (parallel.pipeline_handoff_s); the pass itself is all layers in sequence,
+              i.e. one micro-batch through every stage
+* LM head:    2 · vocab·d_model/tp · lm_tokens FLOPs; its weights once, plus fp32 logits written
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel.inputs import dtypes
+from costmodel.inputs.hardware import Hardware
+from costmodel.inputs.model import Model
+from costmodel.inputs.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class Exec:
+    """A model on hardware under a runtime with dtypes and tensor/pipeline parallel degrees.
+
+    Immutable; its derived quantities (bytes per element, achievable FLOP/s and bandwidth, …) are
+    computed once per instance (``functools.cached_property``)."""
+
+    model: Model
+    hw: Hardware
+    rt: Runtime
+    weight_dtype: str = "fp16"
+    kv_dtype: str = "fp16"
+    tp: int = 1
+    pp: int = 1
+    allreduce_algorithm: str = "auto"     # 'auto' (default: the faster per message), 'ring' or 'tree' (parallel.allreduce_time_s)
+
+    @property
+    def quantised(self) -> bool:
+        """Weight-only int8/int4: stored in the runtime's quantised format (dtypes module docstring)."""
+        return self.weight_dtype in dtypes.QUANTISED
+
+    def w_bytes_for(self, d_in) -> float:
+        """Bytes per weight of a quantised decoder matrix with input dimension ``d_in``: element bytes +
+        the runtime's scale bytes per group / group size (group = ``d_in`` for per-channel scales)."""
+        if not self.quantised:
+            return dtypes.BYTES_PER_ELEMENT[dtypes.check(self.weight_dtype, "weight_dtype")]
+        wd = self.weight_dtype
+        return dtypes.quantised_bytes_per_weight(wd, self.rt.group_size(wd), self.rt.scale_bytes_per_group(wd), d_in)
+
+    @functools.cached_property
+    def w_bytes(self) -> float:
+        """Bytes per decoder-layer weight, scales included (per-channel scales taken at d_in = d_model)."""
+        return self.w_bytes_for(self.model.d_model)
+
+    @functools.cached_property
+    def lm_head_w_bytes(self) -> float:
+        """Bytes per LM-head weight: the runtime's LM-head format, the activation dtype when the runtime
+        leaves the head unquantised (``Runtime.quantize_lm_head``), else the body's format."""
+        if not self.quantised:
+            return self.w_bytes
+        if not self.rt.quantize_lm_head:
+            return self.act_bytes
+        own = self.rt.lm_head_bytes_per_weight(self.weight_dtype)
+        return self.w_bytes if own is None else float(own)
+
+    @functools.cached_property
+    def embedding_w_bytes(self) -> float:
+        """Bytes per token-embedding weight; a tied embedding is the LM head's tensor and takes its format."""
+        if self.model.tied_embeddings:
+            return self.lm_head_w_bytes
+        if self.quantised and not self.rt.quantize_embedding:
+            return self.act_bytes
+        return self.w_bytes
+
+    def weight_bytes_total(self) -> float:
+        """Weights of the whole model (all devices, no TP replication): decoder matrices in the quantised
+        format (scale bytes per matrix at its own d_in), norms in the activation dtype when quantised,
+        token embedding and (untied) LM head in their own formats (``embedding_w_bytes``,
+        ``lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes."""
+        m = self.model
+        if not self.quantised:
+            return m.n_params * self.w_bytes
+        d, ff = m.d_model, m.n_experts * m.expert_params
+        down = m.n_experts * m.d_model * m.d_ff           # the FFN's down projection has d_in = d_ff
+        router = m.d_model * m.n_experts if m.n_experts > 1 else 0
+        layer = ((m.attn_params_per_layer - m.q_dim * d + router) * self.w_bytes_for(d)
+                 + m.q_dim * d * self.w_bytes_for(m.q_dim)
+                 + (ff - down) * self.w_bytes_for(d) + down * self.w_bytes_for(m.d_ff)
+                 + 2 * d * self.act_bytes)
+        head = 0.0 if m.tied_embeddings else m.lm_head_params * self.lm_head_w_bytes
+        return m.n_layers * layer + m.embedding_params * self.embedding_w_bytes + head + d * self.act_bytes
+
+    @functools.cached_property
+    def kv_elem_bytes(self) -> float:
+        return dtypes.kv_bytes_per_element(self.kv_dtype)
+
+    @functools.cached_property
+    def act_bytes(self) -> float:
+        return dtypes.activation_bytes(self.weight_dtype)
+
+    @functools.cached_property
+    def heads_per_device(self) -> float:
+        return self.model.n_heads / self.tp
+
+    @functools.cached_property
+    def kv_heads_per_device(self) -> int:
+        """KV heads held per device: split across TP, replicated when kv_heads < tp."""
+        return math.ceil(self.model.n_kv_heads / self.tp)
+
+    @functools.cached_property
+    def kv_bytes_per_token_layer(self) -> float:
+        """K and V of one token in one layer on one device: 2·kv_heads/dev·head_dim·bytes."""
+        return 2.0 * self.kv_heads_per_device * self.model.head_dim * self.kv_elem_bytes
+
+    @functools.cached_property
+    def kv_bytes_per_token_device(self) -> float:
+        return self.kv_bytes_per_token_layer * self.model.n_layers / self.pp
+
+    @functools.cached_property
+    def dequant_flops_per_weight(self) -> float:
+        """Vector-unit FLOPs a weight-only int8/int4 GEMM spends per weight it reads (unpack, convert to
+        fp16, apply the group scale/zero); 0 for weights stored in the compute dtype. A property of the
+        runtime's kernels: ``Runtime.dequant_flops_per_weight`` (runtimes/*.yaml, with sources)."""
+        if self.weight_dtype not in ("int4", "int8"):
+            return 0.0
+        return float(getattr(self.rt, f"dequant_flops_per_weight_{self.weight_dtype}"))
+
+    @functools.cached_property
+    def matrix_flops_per_s(self) -> float:
+        """Achievable matrix FLOP/s: peak(compute dtype) · hardware and runtime efficiency."""
+        return (self.hw.matrix_peak(dtypes.compute_dtype(self.weight_dtype))
+                * self.hw.matrix_efficiency * self.rt.compute_efficiency)
+
+    @functools.cached_property
+    def vector_flops_per_s(self) -> float:
+        return self.hw.vector_flops_per_s * self.rt.compute_efficiency
+
+    @functools.cached_property
+    def hbm_bytes_per_s(self) -> float:
+        """Achievable HBM bandwidth: datasheet · measured fraction · runtime factor, and at most
+        sm_count · the runtime's per-SM bandwidth (``Runtime.sm_bandwidth_bytes_per_s``, when given):
+        a kernel with few bytes in flight per SM cannot cover the DRAM latency on a GPU whose
+        bandwidth needs more (Little's law), so it reaches the same absolute rate on an A100 as on an
+        H100 PCIe while it reaches most of a GDDR card's lower peak."""
+        bw = self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
+        cap = self.rt.sm_bandwidth_bytes_per_s
+        return bw if cap is None else np.minimum(bw, self.hw.sm_count * cap)
+
+    def weight_bytes_device(self) -> float:
+        """Weights resident on one device: (all parameters + replicated K/V projections) / (tp·pp).
+
+        When kv_heads < tp each device keeps ceil(kv/tp) KV heads, so the group holds
+        (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise).
+        Bytes per tensor as in :meth:`weight_bytes_total`.
+        """
+        m = self.model
+        extra = (self.kv_heads_per_device * self.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
+        return (self.weight_bytes_total() + extra * self.w_bytes) / (self.tp * self.pp)
+
+
+@dataclass
+class Op:
+    """One operator, repeated ``count`` times per pass (e.g. once per layer). Arrays broadcast."""
+
+    name: str
+    kind: str                 # 'matrix', 'vector', 'attention' (matrix units), 'comm'
+    count: float
+    flops: object = 0.0
+    hbm_bytes: object = 0.0
+    l2_bytes: object = 0.0
+    comm_s: object = 0.0
+    group: str = "layer"      # 'layer', 'pass', 'draft', 'heads'
+    #: vector-unit (CUDA-core) FLOPs spent inside this matrix operator besides its matrix FLOPs:
+    #: unpacking and scaling weight-only quantised weights (``Exec.dequant_flops_per_weight``)
+    dequant_flops: object = 0.0
+
+
+_LAZY = object()
+
+
+class AffineOp(Op):
+    """An operator whose work is affine in one array ``x`` of the pass (its tokens):
+    FLOPs = f1·x, HBM bytes = h0 + h1·x. The arrays are built on first read (a prefill's work
+    totals are never read, and a compute-bound GEMM's time needs only its FLOPs), and the
+    roofline can settle the binding term from the two ends of x's range
+    (``_roofline_fast._dominant_term``). Assigning ``flops`` or ``hbm_bytes`` stores that value."""
+
+    def __init__(self, name, kind, count, x, f1, h0, h1, dequant_flops=0.0, group="layer"):
+        # Op's fields set directly (l2_bytes and comm_s keep Op's class defaults, 0.0): this runs
+        # dozens of times per evaluate()
+        self.name, self.kind, self.count, self.group, self.dequant_flops = name, kind, count, group, dequant_flops
+        self.x, self.f1, self.h0, self.h1 = x, f1, h0, h1
+        self._flops = self._hbm = _LAZY
+
+    @property
+    def flops(self):
+        v = self._flops
+        if v is _LAZY:
+            v = self._flops = self.f1 * self.x
+        return v
+
+    @flops.setter
+    def flops(self, v):
+        self._flops = v
+
+    @property
+    def hbm_bytes(self):
+        v = self._hbm
+        if v is _LAZY:
+            v = self._hbm = self.h0 + self.h1 * self.x
+        return v
+
+    @hbm_bytes.setter
+    def hbm_bytes(self, v):
+        self._hbm = v
+
+
+@dataclass
+class PassShape:
+    """What one pass computes, per device and summed over the batch (arrays)."""
+
+    tokens: object                    # query tokens through the GEMMs
+    pairs: object                     # Σ over queries of attended positions (attention FLOPs)
+    kv_hbm_tokens: object             # KV tokens read from HBM per layer
+    kv_l2_tokens: object = 0.0        # KV tokens re-read from L2 per layer
+    lm_tokens: object = None          # tokens that need logits (defaults to tokens)
+    attn_kernels: object = 1.0        # attention launches per layer (per_branch: one per branch)
+    kv_write_tokens: object = None    # new KV entries written (defaults to tokens)
+    extra_ops: list = field(default_factory=list)
+
+
+def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
+    """2·params·tokens FLOPs; weights once (in the runtime's stored format, scales included: the
+    ``lm_head`` in ``Exec.lm_head_w_bytes``, the others in ``Exec.w_bytes_for(d_in)``) plus activations
+    in and out; weight-only quantised weights are dequantised once per pass on the vector units
+    (params · dequant_flops_per_weight; none for an LM head the runtime keeps unquantised)."""
+    t = np.asarray(tokens, dtype=float)
+    head = name == "lm_head"
+    w = ex.lm_head_w_bytes if head else ex.w_bytes_for(d_in)
+    dq = 0.0 if head and not ex.rt.quantize_lm_head else ex.dequant_flops_per_weight
+    return AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
+                    h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
+
+
+def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
+    """Operators of one pass on one device (decoder layers, embedding, LM head)."""
+    m, tp, act = ex.model, ex.tp, ex.act_bytes
+    t = np.asarray(shape.tokens, dtype=float)
+    L = m.n_layers
+    d, q_dim, kv_dim_dev = m.d_model, m.q_dim / tp, ex.kv_heads_per_device * m.head_dim
+    ops = [
+        AffineOp("norm_rope_residual", "vector", L, t, f1=12.0 * d, h0=0.0, h1=6.0 * d * act),
+        gemm("qkv_proj", d * (q_dim + 2 * kv_dim_dev), t, d, q_dim + 2 * kv_dim_dev, ex),
+    ]
+    kv_tok = ex.kv_bytes_per_token_layer
+    writes = t if shape.kv_write_tokens is None else np.asarray(shape.kv_write_tokens, dtype=float)
+    # KV read + (KV written + q and o traffic): the bracket is per batch, the read spans the context
+    attn_hbm = np.asarray(shape.kv_hbm_tokens, dtype=float) * kv_tok + (writes * kv_tok + t * (2.0 * q_dim * act))
+    attn_flops = 4.0 * ex.heads_per_device * m.head_dim * np.asarray(shape.pairs, dtype=float)
+    if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
+        attn_hbm = attn_hbm + 2.0 * 4.0 * ex.heads_per_device * np.asarray(shape.pairs, dtype=float)
+    ops.append(Op("attention", "attention", L, flops=attn_flops, hbm_bytes=attn_hbm,
+                  l2_bytes=np.asarray(shape.kv_l2_tokens, dtype=float) * kv_tok))
+    ops.append(gemm("o_proj", q_dim * d, t, q_dim, d, ex))
+    ff = m.d_ff / tp
+    if m.n_experts > 1:
+        e, k = m.n_experts, m.experts_per_token
+        distinct = e * (1.0 - (1.0 - k / e) ** t)
+        per_expert = m.expert_params / tp
+        ops.append(Op("moe_ffn", "matrix", L, flops=2.0 * per_expert * k * t,
+                      hbm_bytes=distinct * per_expert * ex.w_bytes + t * (d + d) * act * k,
+                      dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
+                                     if ex.dequant_flops_per_weight else 0.0)))
+        ops.append(gemm("router", d * e, t, d, e, ex))
+    else:
+        ops.append(gemm("ffn", m.expert_params / tp, t, d, d, ex))
+    ops.append(AffineOp("ffn_activation", "vector", L, t, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
+    if tp > 1:
+        from costmodel.engine.parallel import allreduce_time_s, tp_link
+        msg = t * d * act
+        ops.append(Op("allreduce", "comm", 2 * L, hbm_bytes=0.0,
+                      comm_s=allreduce_time_s(msg, tp, tp_link(ex.hw, tp, ex.pp), ex.allreduce_algorithm)))
+    lm_t = t if shape.lm_tokens is None else np.asarray(shape.lm_tokens, dtype=float)
+    if ex.pp > 1:
+        from costmodel.engine.parallel import pipeline_handoff_s
+        ops.append(Op("pp_handoff", "comm", 1, hbm_bytes=0.0, group="pass",
+                      comm_s=pipeline_handoff_s(t, lm_t, d, act, ex.hw, tp, ex.pp)))
+    vocab = m.vocab_size / tp
+    ops.append(AffineOp("embedding", "vector", 1, t, f1=0.0, h0=0.0, h1=2.0 * d * act, group="pass"))
+    head = gemm("lm_head", vocab * d, lm_t, d, 0, ex, count=1)
+    head.h1 = head.h1 + vocab * 4.0           # fp32 logits written
+    head.group = "pass"
+    ops.append(head)
+    ops.extend(shape.extra_ops)
+    return ops
+
+
+def kernel_count(shape: PassShape, ex: Exec) -> np.ndarray:
+    """Kernel launches of a pass: layers·(kernels per layer − 1 + attention launches) + per-pass."""
+    rt, m = ex.rt, ex.model
+    attn = np.asarray(shape.attn_kernels, dtype=float)
+    extra = sum(op.count for op in shape.extra_ops)
+    return m.n_layers * (rt.kernels_per_layer - 1.0 + attn) + rt.kernels_per_pass + extra

@@ -1,0 +1,170 @@
+"""Collectives and hand-offs between devices: tensor parallel, pipeline parallel, draft placement.
+
+Full write-up with worked numbers: docs/parallelism.md. α = a link's latency, β = its bandwidth
+(bytes/s per direction), both from the hardware YAML's ``interconnect`` block.
+
+**Device layout.** A target on n = tp·pp devices numbers them stage-major: pipeline stage s holds
+devices s·tp … s·tp + tp − 1, and device i sits on node ⌊i / devices_per_node⌋. Two devices talk
+over ``scale_up`` (NVLink, xGMI; PCIe on parts without a fabric) when they share a node and over
+``network`` otherwise. A collective whose group spans nodes runs at the network's α and β (its
+slowest hop sets the pace of every synchronised step).
+
+**Tensor parallel.** Two all-reduces per layer of S = tokens · d_model · act_bytes (after the
+attention output projection and after the FFN), over the TP group's link:
+
+    ring (Patarasuk & Yuan 2009; NCCL ring):      t = 2(n − 1)·α + 2(n − 1)/n · S/β
+    tree (NCCL double binary tree):              t = 2·log2(n)·α + 2·S/β
+    auto (the default of a record's ``allreduce_algorithm``; what NCCL's tuner does: per message,
+          the algorithm with the lower modelled time):
+                                                  t = min(ring, tree)   — tree below S ≈ 32·α·β at n = 8
+
+``tokens`` is every query token of the pass: B for plain decoding, B·(γ+1) for chain
+verification, B·(T+1) for a tree of T nodes — a tree verified across nodes pays its all-reduces on
+every tree token.
+
+**Pipeline parallel.** One forward pass of one micro-batch of ``tokens`` query tokens crosses the
+pp − 1 stage boundaries, and the sampled token ids go back from the last stage to the first:
+
+    hand-offs     H = Σ_{k=1}^{pp−1} (α_k + tokens · d_model · act_bytes / β_k)  +  (α_r + lm_tokens · 4 B / β_r)
+
+(each TP rank sends its full activation to the same rank of the next stage, all ranks in
+parallel). With balanced stages of time T_stage(b) for a micro-batch of b sequences, the per-step
+latency (time between two tokens of one sequence) with m micro-batches in flight is
+
+    T_step(m) = max(m · T_stage(B/m),  pp · T_stage(B/m) + H)        (:func:`pipeline_step_latency_s`)
+
+and each device idles a fraction 1 − m·T_stage/T_step of the step (the bubble,
+:func:`pipeline_bubble_fraction`). ``costmodel.evaluate`` prices m = 1 — the whole batch moves
+through the stages together: T_step = pp·T_stage(B) + H = (the full model's pass on one TP group)
++ H, and a fraction ≈ (pp − 1)/pp of every device's time is bubble. At small batch that is also
+the best schedule (m ≤ B, and a memory-bound T_stage(B/m) ≈ T_stage(B)); micro-batching only pays
+when stages are compute-bound, which costmodel does not yet price (see docs/parallelism.md).
+
+**Draft placement** (:func:`draft_link`): ``separate_node`` talks over the network;
+``separate_device`` over the scale-up fabric when the target leaves a free device in its node,
+otherwise the draft's device is on another node and the network is used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costmodel.inputs.hardware import Hardware, Link
+
+ALGORITHMS = ("auto", "ring", "tree")
+TOKEN_ID_BYTES = 4.0          # int32 token ids
+
+
+def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring"):
+    """Time of one all-reduce of ``message_bytes`` across ``n`` devices over ``link``.
+
+    ring: 2(n−1)·α + 2(n−1)/n · S/β;  tree (double binary tree): 2·log2(n)·α + 2·S/β;
+    auto: the smaller of the two for each message (NCCL picks its algorithm per message size);  0 for n = 1.
+    """
+    s = np.asarray(message_bytes, dtype=float)
+    if n <= 1:
+        return np.zeros_like(s)
+    if algorithm == "auto":
+        return np.minimum(allreduce_time_s(s, n, link, "ring"), allreduce_time_s(s, n, link, "tree"))
+    if algorithm == "tree":
+        return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.bandwidth_bytes_per_s
+    if algorithm != "ring":
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
+    return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.bandwidth_bytes_per_s
+
+
+def transfer_time_s(message_bytes, link: Link):
+    """Point-to-point send: α + S / β."""
+    return link.latency_s + np.asarray(message_bytes, dtype=float) / link.bandwidth_bytes_per_s
+
+
+# ----------------------------------------------------------------------------- placement
+
+def node_of(device: int, devices_per_node: int) -> int:
+    """Node of device ``device`` (devices numbered 0.. in node order)."""
+    return device // max(int(devices_per_node), 1)
+
+
+def _link_between(hw: Hardware, pairs) -> Link:
+    """The network if any (a, b) pair sits on different nodes, else the scale-up fabric."""
+    dpn = hw.devices_per_node
+    return hw.network if any(node_of(a, dpn) != node_of(b, dpn) for a, b in pairs) else hw.scale_up
+
+
+def tp_link(hw: Hardware, tp: int, pp: int = 1) -> Link:
+    """Link of the TP all-reduces: the network when any stage's TP group (devices s·tp … s·tp+tp−1)
+    spans nodes — always when tp > devices_per_node — else the scale-up fabric."""
+    if tp <= 1:
+        return hw.scale_up
+    return _link_between(hw, [(s * tp, s * tp + tp - 1) for s in range(pp)])
+
+
+def pp_boundary_links(hw: Hardware, tp: int, pp: int) -> list:
+    """Link of each of the pp − 1 stage boundaries: boundary k (stage k−1 → k) pairs device
+    (k−1)·tp + j with k·tp + j for every TP rank j; the network if any pair crosses nodes."""
+    return [_link_between(hw, [((k - 1) * tp + j, k * tp + j) for j in range(tp)]) for k in range(1, pp)]
+
+
+def pp_return_link(hw: Hardware, tp: int, pp: int) -> Link:
+    """Link that carries the sampled token ids from the last stage back to the first."""
+    return _link_between(hw, [((pp - 1) * tp + j, j) for j in range(tp)])
+
+
+def pipeline_handoff_s(tokens, lm_tokens, d_model: int, act_bytes: float, hw: Hardware, tp: int, pp: int):
+    """H: the pp − 1 activation hand-offs of one pass plus the token-id return (module docstring).
+
+    Each boundary moves tokens · d_model · act_bytes (α_k + S/β_k over its own link); the last stage
+    returns lm_tokens · 4 B of sampled ids to the first. 0 when pp = 1.
+    """
+    t = np.asarray(tokens, dtype=float)
+    if pp <= 1:
+        return np.zeros_like(t)
+    act = t * d_model * act_bytes
+    total = sum(transfer_time_s(act, link) for link in pp_boundary_links(hw, tp, pp))
+    ids = np.asarray(lm_tokens, dtype=float) * TOKEN_ID_BYTES
+    return total + transfer_time_s(ids, pp_return_link(hw, tp, pp))
+
+
+def pipeline_step_latency_s(stage_s, pp: int, m: int = 1, handoff_s=0.0):
+    """Per-step latency of a pipeline of ``pp`` balanced stages with ``m`` micro-batches in flight.
+
+        T_step = max(m · T_stage,  pp · T_stage + H)
+
+    ``stage_s`` = T_stage(B/m), one stage's time for one micro-batch; ``handoff_s`` = H, the
+    micro-batch's hand-offs (:func:`pipeline_handoff_s`). The first term: a stage serves all m
+    micro-batches per step; the second: one micro-batch's round trip through every stage.
+    m = 1 is what :func:`costmodel.evaluate` prices (pp·T_stage + H = the full model's pass + H).
+    """
+    st = np.asarray(stage_s, dtype=float)
+    return np.maximum(m * st, pp * st + np.asarray(handoff_s, dtype=float))
+
+
+def pipeline_bubble_fraction(stage_s, pp: int, m: int = 1, handoff_s=0.0):
+    """Fraction of each device's step spent idle: 1 − m · T_stage / T_step(m).
+
+    m = 1 with free hand-offs gives (pp − 1)/pp; m ≥ pp + H/T_stage gives 0 (the pipeline is full).
+    """
+    st = np.asarray(stage_s, dtype=float)
+    return 1.0 - m * st / pipeline_step_latency_s(st, pp, m, handoff_s)
+
+
+def draft_link(hw: Hardware, n_target_devices: int, placement: str) -> Link | None:
+    """Link between a draft on its own device and the target (None for ``same_device``).
+
+    ``separate_node``: the network. ``separate_device``: the scale-up fabric when the target's
+    n devices leave a free device in its node (n < devices_per_node), otherwise the draft sits on
+    another node and talks over the network.
+    """
+    if placement == "same_device":
+        return None
+    if placement == "separate_node" or n_target_devices >= hw.devices_per_node:
+        return hw.network
+    return hw.scale_up
+
+
+def divisors(n: int) -> list:
+    """Positive divisors of n, ascending (TP degrees must divide the heads, PP degrees the layers)."""
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))

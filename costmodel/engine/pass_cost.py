@@ -1,0 +1,444 @@
+"""Performance machinery behind :func:`costmodel.engine.roofline.pass_cost`.
+
+Nothing here defines physics: the roofline terms are :func:`costmodel.engine.roofline.op_terms` and the
+pass is :func:`costmodel.engine.roofline.reference_pass_cost`. This module computes the same thing with
+the same floating-point operations in the same order (so results are bit-identical) but fewer
+array passes: a scalar path in Python floats for single configurations, in-place accumulation,
+skipped +0.0 contributions and max/argmax without stacking for arrays; an affine operator
+(:class:`costmodel.engine.ops.AffineOp`, a GEMM or an elementwise kernel) whose binding term wins by a
+margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`); a small
+term that nowhere exceeds the running maximum is skipped after two reductions; a pass whose host
+time is below its device time everywhere skips the zero wait. Any NaN, negative or -0.0 term
+falls back to the plain numpy path. tests/test_sweep.py checks it against the reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costmodel.engine.ops import AffineOp, Exec, PassShape, kernel_count, layer_ops
+from costmodel.engine.roofline import BOUNDS, Cost, _DeferredWork, _OP_BOUND_NAMES, _RECORD_OPS, _compute_term, gemm_overlap, \
+    op_terms, summation_order
+
+
+def _bcast(a, shape):
+    """np.broadcast_to(np.asarray(a, dtype=float), shape), skipped when ``a`` has that shape."""
+    a = np.asarray(a, dtype=float)
+    return a if a.shape == shape else np.broadcast_to(a, shape)
+
+
+def _sum(a, b):
+    """a + b for Cost arithmetic (see _binary)."""
+    return _binary(np.add, a, b)
+
+
+def _prod(a, b):
+    """a * b for Cost arithmetic (see _binary)."""
+    return _binary(np.multiply, a, b)
+
+
+def _binary(ufunc, a, b):
+    """ufunc(a, b) with the same elements, fewer full-size passes:
+
+    * an operand that is a broadcast view (zero strides, e.g. a bound with no time) is used in
+      its compact form and the result broadcast back: every element is one of the compact results;
+    * a + (+0.0 everywhere) is ``a`` itself when ``a`` holds no -0.0 and no NaN (x + +0.0 == x
+      bit for bit for every other x), checked in one read of ``a``. (The result may then be an
+      operand itself: Cost arrays are never written in place once a pass has returned them.)"""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or not (a.ndim or b.ndim):
+        return ufunc(a, b)           # scalars (a single evaluate()): nothing to save
+    ca, cb = _compact(a), _compact(b)
+    if ufunc is np.add:
+        for x, cz in ((a, cb), (b, ca)):
+            if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and _is_pos_zero(cz) \
+                    and x.shape == np.broadcast_shapes(a.shape, b.shape) and _nonneg(x):
+                return x
+    if ca is a and cb is b:
+        return ufunc(a, b)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    r = ufunc(ca, cb)
+    return r if r.shape == shape else np.broadcast_to(r, shape)
+
+
+def _is_pos_zero(c: np.ndarray) -> bool:
+    x = float(c.reshape(-1)[0])
+    return x == 0.0 and math.copysign(1.0, x) > 0.0
+
+
+def _compact(a: np.ndarray) -> np.ndarray:
+    """A broadcast view (zero strides) as the smallest view that broadcasts back to it."""
+    if a.ndim == 0 or 0 not in a.strides or a.size == 0:
+        return a
+    return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+
+
+def _max_argmax(terms, first_is_new: bool = False):
+    """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
+    of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
+    that broadcasts to the max's. None (the caller takes the reference path) when the running
+    maximum holds a NaN, a negative number or -0.0 where it matters. For such terms the first
+    maximum is the last term that is strictly greater than the running maximum, and a +0.0 term
+    can be skipped (it is never above a running maximum >= +0.0, and max(m, +0.0) = m)."""
+    if not any(t.ndim for t in terms):
+        fl = [float(t) for t in terms]
+        for x in fl:
+            if not x > 0.0 and (x != 0.0 or math.copysign(1.0, x) < 0.0):
+                return None           # NaN, negative or -0.0: the reference path
+        m = max(fl)
+        return np.float64(m), np.intp(fl.index(m))
+    m, idx, checked = terms[0], None, None
+    m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
+    low = None                                          # (m, min of m) once computed
+    for i in range(1, len(terms)):
+        t = terms[i]
+        if t.ndim == 0 and float(t) == 0.0 and math.copysign(1.0, float(t)) > 0.0:
+            if checked is not m:
+                if not _nonneg(m):
+                    return None
+                checked = m
+            continue
+        if 8 * t.size <= m.size:
+            # a small term (a constant launch time, say) that nowhere exceeds the running maximum
+            # changes neither the maximum (np.maximum keeps m where t <= m) nor the index (t > m is
+            # false everywhere): two reductions instead of three full passes. A NaN fails the test.
+            if low is None or low[0] is not m:
+                low = (m, float(np.min(m)))
+            if float(np.max(t)) <= low[1]:
+                continue
+        gt = t > m
+        if m_new and m.ndim and gt.shape == m.shape:
+            m = np.maximum(m, t, out=m)
+        else:
+            m, m_new = np.maximum(m, t), True
+        step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
+        idx = step if idx is None else np.maximum(idx, step)
+    if checked is not m and not _nonneg(m):
+        return None
+    if idx is None:
+        idx = np.zeros(np.shape(m), dtype=np.int8)
+    return m, idx
+
+
+def _nonneg(a: np.ndarray) -> bool:
+    """Every element is +0.0 .. +inf (no negative number, no -0.0, no NaN): read as uint64 the bit
+    pattern is at most +inf's (a set sign bit or a NaN reads larger)."""
+    if a.ndim == 0:
+        x = float(a)
+        return x >= 0.0 and math.copysign(1.0, x) > 0
+    if a.dtype != np.float64:
+        return False
+    return bool(a.view(np.uint64).max() <= _INF_BITS)
+
+
+_INF_BITS = int(np.array(np.inf).view(np.uint64))
+
+
+_ZERO = np.float64(0.0)
+
+
+def _l2_not_slower(ex: Exec) -> bool:
+    """L2 bandwidth >= achievable HBM bandwidth > 0 everywhere (rates may be arrays)."""
+    l2, bw = ex.hw.l2_bandwidth_bytes_per_s, ex.hbm_bytes_per_s
+    return bool(np.all(np.asarray(bw) > 0) and np.all(np.asarray(l2) >= np.asarray(bw)))
+
+
+def _terms_without_l2(op, ex: Exec) -> tuple:
+    c, m = _compute_term(op, ex), np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s
+    if op.kind == "matrix":
+        c, m = gemm_overlap(c, m)
+    return (c, m, None, np.asarray(op.comm_s, dtype=float))
+
+
+def _op_time(op, ex: Exec, l2_not_slower=None):
+    """op_time with the bound index possibly compact (int8, broadcasting to the time's shape);
+    an array time is a new array (callers may write into it). ``l2_not_slower``: _l2_not_slower(ex),
+    when the caller has it (it depends on ``ex`` only)."""
+    l2 = op.l2_bytes
+    if np.ndim(l2) == 0 and float(l2) == 0.0 and math.copysign(1.0, float(l2)) > 0.0 and \
+            (_l2_not_slower(ex) if l2_not_slower is None else l2_not_slower):
+        # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
+        # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
+        # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
+        a, b, _c, d = _terms_without_l2(op, ex)
+        fast = _max_argmax((a, b, _ZERO, d), first_is_new=True)
+    else:
+        fast = _max_argmax(op_terms(op, ex), first_is_new=True)
+    if fast is not None:
+        return fast
+    stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten
+    return stack.max(axis=0), stack.argmax(axis=0)
+
+
+#: relative margin by which a term must beat every other at both ends of the range (see _dominant_term)
+_DOMINANCE_MARGIN = 1e-9
+#: below this many elements the plain path costs less than the check's Python (small decode arrays)
+_DOMINANCE_MIN_SIZE = 2048
+
+
+def _ends(x):
+    """(flat index of the minimum, flat index of the maximum) of an operator's array ``x``; None
+    for a scalar, a small array or a NaN (argmin/argmax stop at a NaN)."""
+    if type(x) is not np.ndarray or x.size < _DOMINANCE_MIN_SIZE:
+        return None
+    lo, hi = int(np.argmin(x)), int(np.argmax(x))
+    if not (x.flat[lo] == x.flat[lo] and x.flat[hi] == x.flat[hi]):
+        return None
+    return lo, hi
+
+
+def _dominant_term(op: AffineOp, ex: Exec, ends):
+    """(seconds, bound index) of an operator whose work is affine in its array x (FLOPs f1·x,
+    bytes h0 + h1·x: :class:`costmodel.engine.ops.AffineOp`) when one roofline term beats every other by
+    a relative margin at both ends of x's range; else None. For a GEMM bound by compute or memory
+    the time is √(c² + m²) (:func:`costmodel.engine.roofline.gemm_overlap`), both terms computed.
+
+    Each term is affine in x, so term_k − (1 + margin)·term_j is too: positive at both ends, it is
+    positive on the whole range, far above the few ulps of rounding in evaluating either term.
+    Then max(terms) is term_k itself, element for element, and the first argmax is k: the result
+    of :func:`_op_time`, without the other terms, the comparisons or the max. The ends are
+    evaluated with the same expressions as the arrays (AffineOp), on Python floats."""
+    lo, hi = ends
+    vals = (op.f1, op.h0, op.h1, op.l2_bytes, op.comm_s, op.dequant_flops)
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in vals):
+        return None
+    peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
+    peak_v, bw, l2bw = ex.vector_flops_per_s, ex.hbm_bytes_per_s, ex.hw.l2_bandwidth_bytes_per_s
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in (peak, peak_v, bw, l2bw)) or \
+            not (peak > 0.0 and bw > 0.0 and l2bw > 0.0 and peak_v > 0.0):
+        return None
+    f1, h0, h1, l2, cm, dq = (float(v) for v in vals)
+    k = None
+    for i in (lo, hi):
+        x = float(op.x.flat[i])
+        h = h0 + h1 * x
+        terms = (f1 * x / peak + dq / peak_v, h / bw, (h + l2) / l2bw, cm)
+        if not all(t >= 0.0 and t < math.inf for t in terms):
+            return None
+        best = max(range(4), key=terms.__getitem__)
+        if k is None:
+            k = best
+        if best != k or not all(terms[k] > terms[j] * (1.0 + _DOMINANCE_MARGIN) for j in range(4) if j != k):
+            return None
+    if op.kind == "matrix":
+        if k > 1:
+            return None                   # an L2- or link-bound GEMM: the plain path
+        # roofline.gemm_overlap: the binding term becomes sqrt(c·c + m·m), the larger of c and m is
+        # term k everywhere (the margin above), so that is the time and k the bound; in place (both
+        # are new arrays: quotients), the same operations as the reference
+        c = np.asarray(_compute_term(op, ex), dtype=float)
+        m = np.asarray(op.hbm_bytes, dtype=float) / bw
+        if c.shape != op.x.shape or m.shape != op.x.shape:
+            return None
+        t = np.sqrt(np.add(np.multiply(c, c, out=c), np.multiply(m, m, out=m), out=c), out=c)
+        return t, np.intp(k)
+    if k == 0:
+        t = _compute_term(op, ex)
+    elif k == 1:
+        t = np.asarray(op.hbm_bytes, dtype=float) / bw
+    elif k == 2:
+        t = (np.asarray(op.hbm_bytes, dtype=float) + op.l2_bytes) / l2bw
+    else:
+        t = np.asarray(op.comm_s, dtype=float)
+    t = np.asarray(t, dtype=float)
+    if t.shape != op.x.shape:                  # a constant term: the reference broadcasts it
+        t = np.array(np.broadcast_to(t, op.x.shape))
+    elif t is op.comm_s:
+        t = t.copy()
+    return t, np.intp(k)
+
+
+def pass_cost(shape: PassShape, ex: Exec) -> Cost:
+    """Cost of one forward pass of ``shape`` on ``ex`` (see module docstring).
+
+    The arithmetic of :func:`costmodel.engine.roofline.reference_pass_cost` (the same floating-point operations in the same
+    order, so the results are bit-identical) with fewer array passes: accumulators are added into
+    in place once they are this function's own arrays, and a bound's accumulator skips an operator
+    that contributes +0.0 everywhere (adding +0.0 to a sum that started at +0.0 changes nothing)."""
+    ops = layer_ops(shape, ex)
+    fast = _pass_cost_scalar(shape, ex, ops)
+    if fast is not None:
+        return fast
+    names = ("compute", "memory", "l2", "interconnect")
+    record = _RECORD_OPS.get()
+    acc = [None, None, None, None]          # None: still the initial 0.0
+    own = [False, False, False, False]
+    work = []                               # the operators, their work summed on demand
+    rows = []
+    l2_ok = _l2_not_slower(ex)              # depends on ex only: once per pass, not per operator
+    ends = {}                               # id(x) -> (x, the ends of its range) for affine operators
+    order = summation_order(ops)
+    if record:
+        rows = [None] * len(ops)
+    for j in order:
+        op = ops[j]
+        fast = None
+        if type(op) is AffineOp:
+            e = ends.get(id(op.x))
+            if e is None or e[0] is not op.x:
+                e = ends[id(op.x)] = (op.x, _ends(op.x))
+            if e[1] is not None:
+                fast = _dominant_term(op, ex, e[1])
+        t, idx = fast if fast is not None else _op_time(op, ex, l2_ok)
+        cnt = op.count
+        # t is _op_time's own new array: scale it in place
+        tc = np.multiply(t, cnt, out=t) if type(t) is np.ndarray and t.ndim else t * cnt
+        if np.ndim(idx) == 0:
+            lo = hi = int(idx)
+        else:
+            lo, hi = int(idx.min()), int(idx.max())
+        for i in range(lo, hi + 1):
+            if lo == hi:
+                acc[i], own[i] = _add(acc[i], own[i], tc)
+                continue
+            mask = idx == i
+            if not mask.any():
+                continue
+            # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
+            a = acc[i]
+            shp = np.broadcast_shapes(np.shape(tc), mask.shape, () if a is None else np.shape(a))
+            if a is None:
+                a = np.zeros(shp)
+            elif not own[i] or type(a) is not np.ndarray or a.shape != shp:
+                a = np.array(np.broadcast_to(a, shp), dtype=float)
+            acc[i], own[i] = np.add(a, tc, out=a, where=mask), True
+        work.append(op)                     # its FLOPs and bytes: read when the totals are
+        if record:
+            f = np.asarray(op.flops, dtype=float)
+            h = np.asarray(op.hbm_bytes, dtype=float)
+            rows[j] = (op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
+                       _OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))])
+    kernels = kernel_count(shape, ex)
+    gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
+    device_s = 0
+    d_own = False
+    for a in acc:                            # Σ acc[b] (built-in sum: starts at int 0)
+        if a is None:
+            if np.ndim(device_s) == 0 and not d_own:
+                device_s = device_s + 0.0
+            continue
+        device_s, d_own = _add(device_s, d_own, a) if d_own else (device_s + a, True)
+    device_s, d_own = _add(device_s, d_own, kernels * gap) if d_own else (device_s + kernels * gap, True)
+    host_s = kernels * ex.rt.host_per_kernel_s
+    launch = 0.0 + kernels * gap
+    if np.ndim(host_s) == 0 and type(device_s) is np.ndarray and device_s.ndim and \
+            float(np.min(device_s)) > float(host_s):
+        # the host keeps ahead everywhere (min propagates a NaN, which fails the test): the wait
+        # max(host − device, 0) is +0.0 in every element, and adding +0.0 leaves the device time
+        # (> 0) and the launch time (+0.0 or more) as they are
+        time = device_s
+    else:
+        wait = host_s - device_s
+        wait = np.maximum(wait, 0.0, out=wait) if isinstance(wait, np.ndarray) and wait.ndim else np.maximum(wait, 0.0)
+        launch = launch + wait
+        time, _ = _add(device_s, d_own, wait)
+    shp = np.shape(time)
+    by = {b: _bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
+    by["launch"] = _bcast(launch, shp)
+    by = {b: by[b] for b in BOUNDS}
+    return _DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.tp, shp))
+
+
+def _work_totals(work, tp, shp):
+    """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times tp."""
+    flops = hbm = 0.0
+    f_own = h_own = False
+    for op in work:
+        f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
+        flops, f_own = _add(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
+        # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
+        # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
+        hbm, h_own = _add(hbm, h_own, h * cnt) if h_own else (hbm + h * cnt, True)
+    return _times(flops, f_own, tp, shp), _times(hbm, h_own, tp, shp)
+
+
+def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
+    """pass_cost of a single configuration in Python floats (IEEE doubles, the same operations in
+    the same order as on numpy scalars, without numpy's per-call overhead). None when an operand
+    is an array, a divisor is 0 or a time is NaN, negative or -0.0 (the array path handles those)."""
+    peak_m, peak_v, bw, l2bw = ex.matrix_flops_per_s, ex.vector_flops_per_s, ex.hbm_bytes_per_s, \
+        ex.hw.l2_bandwidth_bytes_per_s
+    if np.ndim(peak_m) or np.ndim(peak_v) or np.ndim(bw) or np.ndim(l2bw) or not (peak_m and peak_v and bw and l2bw):
+        return None         # array-valued rates (e.g. runtime efficiencies swept by calibrate.py): array path
+    record = _RECORD_OPS.get()
+    acc = [0.0, 0.0, 0.0, 0.0]
+    flops = hbm = 0.0
+    rows = [None] * len(ops) if record else []
+    copysign = math.copysign
+    for j in summation_order(ops):
+        op = ops[j]
+        l2, cm = op.l2_bytes, op.comm_s
+        if type(op) is AffineOp:
+            x = op.x
+            if getattr(x, "ndim", 0) or getattr(op.f1, "ndim", 0) or getattr(op.h0, "ndim", 0) \
+                    or getattr(op.h1, "ndim", 0):
+                return None                 # an array pass (checked before its arrays are built)
+            # AffineOp's flops and hbm_bytes, f1·x and h0 + h1·x, on Python floats
+            xf = float(x)
+            f, h = float(op.f1) * xf, float(op.h0) + float(op.h1) * xf
+            if getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
+                return None
+        else:
+            fl, hb = op.flops, op.hbm_bytes
+            if getattr(fl, "ndim", 0) or getattr(hb, "ndim", 0) or getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
+                return None
+            f, h = float(fl), float(hb)
+        c = f / (peak_v if op.kind == "vector" else peak_m)
+        dq = op.dequant_flops
+        if not (type(dq) is float and dq == 0.0):
+            if getattr(dq, "ndim", 0):
+                return None
+            c = c + float(dq) / peak_v
+        mem = h / bw
+        if op.kind == "matrix":
+            if not (c >= 0.0 and mem >= 0.0):
+                return None               # NaN or negative: the array path
+            c, mem = gemm_overlap(float(c), float(mem))
+        terms = (c, mem, (h + float(l2)) / l2bw, float(cm))
+        for x in terms:
+            if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
+                return None
+        t = max(terms)
+        i = terms.index(t)
+        cnt = op.count
+        tc = t * cnt
+        acc[i] = acc[i] + tc                # the other bounds add +0.0: no change
+        flops = flops + f * cnt
+        hbm = hbm + (h + 0.0) * cnt
+        if record:
+            rows[j] = (op.name, np.float64(f * cnt * ex.tp), np.float64(h * cnt * ex.tp), np.float64(tc),
+                         _OP_BOUND_NAMES[i])
+    kernels = kernel_count(shape, ex)
+    if getattr(kernels, "ndim", 0):
+        return None
+    k = float(kernels)
+    gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
+    device_s = 0 + acc[0] + acc[1] + acc[2] + acc[3] + k * gap
+    host_s = k * ex.rt.host_per_kernel_s
+    launch = 0.0 + k * gap
+    wait = float(np.maximum(host_s - device_s, 0.0))
+    launch = launch + wait
+    time = device_s + wait
+    by = {"compute": np.asarray(acc[0]), "memory": np.asarray(acc[1]), "l2": np.asarray(acc[2]),
+          "interconnect": np.asarray(acc[3]), "launch": np.asarray(launch)}
+    return Cost(np.asarray(time), np.asarray(flops * ex.tp), np.asarray(hbm * ex.tp), by, rows)
+
+
+def _add(acc, owned: bool, x):
+    """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
+    if acc is None:
+        return 0.0 + x, True
+    if owned and type(acc) is np.ndarray and acc.ndim:
+        xs, sh = np.shape(x), acc.shape
+        if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
+            return np.add(acc, x, out=acc), True
+    return acc + x, True
+
+
+def _times(a, owned: bool, k, shp):
+    """np.broadcast_to(a * k, shp).astype(float), without copies when ``a`` is already ours."""
+    a = a * k if k != 1 else a
+    if owned and np.shape(a) == shp and isinstance(a, (np.ndarray, np.float64)) and a.dtype == np.float64:
+        return a
+    return np.broadcast_to(a, shp).astype(float)

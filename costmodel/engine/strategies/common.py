@@ -1,0 +1,131 @@
+"""What every strategy shares: the evaluation context, decode/prefill pass shapes, memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel.engine import memory
+from costmodel.engine.ops import Exec, PassShape
+from costmodel.inputs.record import Record
+from costmodel.engine.roofline import Cost, overhead_cost, pass_cost
+
+
+@dataclass
+class Ctx:
+    """A record resolved into objects and numeric arrays (all arrays broadcast together)."""
+
+    rec: Record
+    ex: Exec                       # the target on its TP group
+    B: np.ndarray                  # batch_size (prompts)
+    P: np.ndarray                  # prompt_len
+    G: np.ndarray                  # gen_len
+    gamma: np.ndarray
+    alpha: np.ndarray | None = None
+    tau: np.ndarray | None = None
+    draft_kv_budget: np.ndarray | None = None
+    n_branches: np.ndarray = field(default_factory=lambda: np.asarray(1.0))
+    shared_prefix_len: np.ndarray = field(default_factory=lambda: np.asarray(0.0))
+
+    @property
+    def L(self) -> np.ndarray:
+        """Mean context while decoding: prompt + half the generated tokens (costs are linear in L)."""
+        return self.P + self.G / 2.0
+
+    @property
+    def L_peak(self) -> np.ndarray:
+        """Context when the last token is generated: what the KV cache must hold."""
+        return self.P + self.G
+
+
+@dataclass
+class Outcome:
+    step: Cost                      # one decoding step (all its passes), per-step overhead included
+    tokens_per_step: np.ndarray     # tokens gained per sequence per step
+    n_seqs: np.ndarray              # sequences decoding together
+    prefill: Cost
+    memory: dict                    # breakdown on the target's most loaded device (bytes)
+    other_device_memory: dict | None = None   # a separate draft device's breakdown
+    kv_total_bytes: np.ndarray = 0.0          # KV over all devices (target + draft)
+    weights_total_bytes: float = 0.0          # weights over all devices
+    extras: dict = field(default_factory=dict)
+
+
+def decode_shape(B, q, L, extra_ops=None) -> PassShape:
+    """B sequences × q causal new tokens over L cached tokens; KV read once per sequence."""
+    B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
+    return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * L,
+                     lm_tokens=B * q, extra_ops=extra_ops or [])
+
+
+def prefill_shape(B, P) -> PassShape:
+    """Prompt processing: B·P tokens, causal attention P(P+1)/2 pairs each, logits for the last token."""
+    B = np.asarray(B, dtype=float)
+    P = np.maximum(np.asarray(P, dtype=float), 1.0)
+    tokens = B * P
+    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B)
+
+
+def with_step_overhead(cost: Cost, ex: Exec, speculative: bool = False) -> Cost:
+    """``cost`` plus the runtime's per-step host work: ``step_overhead_s`` for every step, and for a
+    speculative or tree step also ``spec_step_overhead_s`` (candidates, acceptance, KV compaction)."""
+    seconds = ex.rt.step_overhead_s + ex.rt.spec_step_overhead_s if speculative else ex.rt.step_overhead_s
+    return cost + overhead_cost(np.broadcast_to(seconds, np.shape(cost.time_s)),
+                                np.shape(cost.time_s))
+
+
+def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
+    """Prompt processing; with a runtime that chunks prefill (``prefill_chunk_tokens`` = C) the B·P
+    tokens run as n = ceil(B·P / C) passes of B·P/n tokens (weights re-read per chunk, same FLOPs)."""
+    B = ctx.B if B is None else B
+    P = ctx.P if P is None else P
+    shape = prefill_shape(B, P)
+    chunk = ctx.ex.rt.prefill_chunk_tokens
+    if chunk is None:
+        return with_step_overhead(pass_cost(shape, ctx.ex), ctx.ex)
+    n = np.ceil(shape.tokens / chunk)
+    per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
+                    lm_tokens=shape.lm_tokens / n)
+    return with_step_overhead(pass_cost(per, ctx.ex).scale(n), ctx.ex)
+
+
+def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
+    """Breakdown on one target device. ``passes``: (tokens, lm_tokens, pairs) of each pass run."""
+    chunk = ex.rt.prefill_chunk_tokens
+    if chunk is not None:      # the scheduler never runs more than `chunk` tokens in one pass
+        passes = [(np.minimum(t, chunk), np.minimum(lm, chunk), pr * np.minimum(1.0, chunk / np.maximum(t, 1.0)))
+                  for t, lm, pr in passes]
+    acts = [memory.activation_bytes(ex, t, lm) for t, lm, _ in passes]
+    scores = [memory.score_bytes(ex, pr) for _, _, pr in passes]
+    return {
+        "target_weights": np.asarray(ex.weight_bytes_device()),
+        "target_kv": np.asarray(kv_tokens, dtype=float) * ex.kv_bytes_per_token_device,
+        "activations": _largest(acts),
+        "attention_scores": _largest(scores),
+        "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),
+    }
+
+
+def _largest(values) -> np.ndarray:
+    """Elementwise maximum of arrays that broadcast together (each kept in its own shape)."""
+    out = np.asarray(values[0], dtype=float)
+    for v in values[1:]:
+        out = np.maximum(out, np.asarray(v, dtype=float))
+    return out
+
+
+def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
+    """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
+    the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
+    ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
+    return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
+
+
+def prefill_memory_pass(ctx: Ctx, B=None, P=None) -> tuple:
+    """(tokens, lm_tokens, pairs) of the prefill for :func:`target_memory`: B·P tokens, logits for the
+    B last tokens, and B·P² attention pairs per layer (the full block an unfused kernel stores)."""
+    B = np.asarray(ctx.B if B is None else B, dtype=float)
+    P = np.maximum(ctx.P if P is None else P, 1.0)
+    # the pairs size only an unfused kernel's score matrix (memory.score_bytes)
+    return B * P, B, (0.0 if ctx.ex.rt.fused_attention else B * (P * P))

@@ -1,0 +1,59 @@
+"""Shared-prefix multi-branch decoding (parallel sampling; Hydragen / cascade attention).
+
+``batch_size`` B prompts each continue ``n_branches`` n branches from a common prefix of
+P_s = ``shared_prefix_len`` tokens (the whole prompt when 0); each branch also holds U unique
+tokens (rest of the prompt plus its generated tokens), so B·n sequences decode with q = 1.
+
+KV bytes read per layer per step (Hydragen §3; FlashInfer cascade):
+  prefix_aware:  B·(P_s + n·U)                       prefix read once for all branches
+  per_branch:    B·n·U + B·P_s·(1 + (n − 1)·(1 − h)) re-reads hit L2 with h = min(1, L2 / (B·P_s·kv_layer))
+  dense_masked:  B·(P_s + n·U) read once, but every branch's query is scored against every branch's tokens
+KV stored: B·(P_s + n·U) with prefix sharing (reported) vs B·n·(P_s + U) without (``kv_cache_bytes_unshared``).
+The AR baseline decodes the same B·n sequences independently (prefix stored and read per sequence).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.engine.ops import PassShape
+from costmodel.engine.roofline import pass_cost
+from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, prefill_memory_pass, target_memory, with_step_overhead
+
+
+def prefix_len(ctx: Ctx):
+    return np.where(ctx.shared_prefix_len > 0, ctx.shared_prefix_len, ctx.P)
+
+
+def branch_shape(ctx: Ctx, kernel: str) -> PassShape:
+    ex, B, n = ctx.ex, ctx.B, ctx.n_branches
+    Ps = prefix_len(ctx)
+    U = ctx.L - Ps                                   # unique tokens per branch (mean over decoding)
+    seqs = B * n
+    if kernel == "per_branch":
+        hit = l2_hit_fraction(ex, B * Ps)
+        rereads = B * Ps * (n - 1.0)
+        return PassShape(tokens=seqs, pairs=seqs * (ctx.L + 1.0), kv_hbm_tokens=seqs * U + B * Ps + rereads * (1 - hit),
+                         kv_l2_tokens=rereads * hit, lm_tokens=seqs)
+    if kernel == "dense_masked":
+        return PassShape(tokens=seqs, pairs=seqs * (Ps + n * U + 1.0), kv_hbm_tokens=B * (Ps + n * U),
+                         lm_tokens=seqs)
+    # prefix_aware: one batched prefix kernel + one suffix kernel (merged by log-sum-exp) per layer
+    return PassShape(tokens=seqs, pairs=seqs * (ctx.L + 1.0), kv_hbm_tokens=B * (Ps + n * U), lm_tokens=seqs,
+                     attn_kernels=2.0)
+
+
+def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
+    ex, B, n = ctx.ex, ctx.B, ctx.n_branches
+    Ps = prefix_len(ctx)
+    shape = branch_shape(ctx, ctx.rec.attention_kernel)
+    step = with_step_overhead(pass_cost(shape, ex), ex)
+    U_peak = ctx.L_peak - Ps
+    stored = B * (Ps + n * U_peak)
+    mem = target_memory(ex, stored, [prefill_memory_pass(ctx),
+                                      (shape.tokens, shape.lm_tokens, shape.pairs)])
+    unshared = B * n * ctx.L_peak * ex.kv_bytes_per_token_device * ex.tp * ex.pp
+    ones = np.ones_like(step.time_s)
+    return Outcome(step=step, tokens_per_step=ones, n_seqs=B * n, prefill=prefill_cost(ctx), memory=mem,
+                   kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp, weights_total_bytes=ex.weight_bytes_total(),
+                   extras={"kv_cache_bytes_unshared": unshared, "shared_prefix_len": Ps})

@@ -1,0 +1,170 @@
+"""Chain speculative decoding: γ sequential draft passes, then one target pass over γ+1 tokens.
+
+Step time (draft on the target's device, or ``draft_schedule=serial`` on another device):
+    T_step = γ·T_draft(B, 1, L_draft) + T_target(B, γ+1, L) [+ X, the token transfers, when separate]
+``draft_schedule=overlap`` (a draft model on its own device; see :func:`combine`): the cheapest of
+    serial;  look-ahead  p·max(D, V) + (1 − p)·(D + V) + X  with p = α^(γ·B);
+    two half-batches in flight (B ≥ 2)  max(2·D½, 2·V½, D½ + V½ + X½)
+where D = γ·T_draft, V = T_target and ½ marks a half batch.
+Tokens per step: Leviathan's (1 − α^(γ+1))/(1 − α), or τ as given; lock-step batches Σ α^(jB)
+(see :mod:`costmodel.engine.acceptance`). Draft kinds: a model (own weights and KV), ``self`` (the target
+with a KV budget: reads all weights but only ``draft_kv_budget`` tokens of KV, MagicDec), ``none``
+(n-gram / prompt lookup: no draft passes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.engine import acceptance
+from costmodel.engine import memory
+from costmodel.engine.parallel import draft_link, transfer_time_s
+from costmodel.engine.roofline import Cost, comm_cost, pass_cost
+from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
+    with_step_overhead
+
+
+def tokens_per_step(ctx: Ctx, gamma) -> np.ndarray:
+    """τ per sequence per step: given τ, or from α; lock-step batches take the minimum."""
+    if ctx.tau is not None:
+        if ctx.rec.batch_sync == "lockstep":
+            return acceptance.lockstep_tokens_per_step(acceptance.alpha_from_tau(ctx.tau, gamma), gamma, ctx.B)
+        return np.broadcast_to(ctx.tau, np.broadcast(ctx.tau, gamma).shape).astype(float)
+    if ctx.rec.batch_sync == "lockstep":
+        return acceptance.lockstep_tokens_per_step(ctx.alpha, gamma, ctx.B)
+    return acceptance.chain_tokens_per_step(ctx.alpha, gamma)
+
+
+def draft_context(ctx: Ctx, L):
+    return L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
+
+
+def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
+    """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None)."""
+    B = ctx.B if B is None else B
+    if draft is None:
+        return Cost.zero(np.shape(B * ctx.P * ctx.G * ctx.gamma))
+    Ld = draft_context(ctx, L)
+    return pass_cost(decode_shape(B, q_per_pass, Ld), draft).scale(n_passes)
+
+
+def separate(ctx: Ctx) -> bool:
+    """The draft is a model running on its own device: a placement other than ``same_device`` and a
+    draft that has weights of its own (``none``, ``medusa`` and ``self`` have nothing to move)."""
+    return ctx.rec.draft_placement != "same_device" and ctx.rec.draft_model not in ("none", "medusa", "self")
+
+
+def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
+    """X: k draft token ids to the target, then k + 1 ids (accepted + bonus, an upper bound) back,
+    4 B each, α + S/β per message over :func:`costmodel.engine.parallel.draft_link`. An EAGLE head also needs
+    the target's hidden states of those tokens: (k + 1)·d_model·act_bytes more on the way back."""
+    if not separate(ctx):
+        return Cost.zero()
+    B = ctx.B if B is None else B
+    ex = ctx.ex
+    link = draft_link(ex.hw, ex.tp * ex.pp, ctx.rec.draft_placement)
+    k = np.asarray(draft_tokens_per_seq, dtype=float)
+    out = transfer_time_s(B * k * 4.0, link)
+    back_bytes = B * (k + 1.0) * 4.0
+    if ctx.rec.draft_model == "eagle":
+        back_bytes = back_bytes + B * (k + 1.0) * ex.model.d_model * ex.act_bytes
+    return comm_cost(out + transfer_time_s(back_bytes, link))
+
+
+def lookahead_probability(ctx: Ctx):
+    """p: chance that a draft which kept drafting during verification (assuming all γ tokens of every
+    sequence accepted) drafted on the right prefix: α^(γ·B) for a chain (one batched draft pass serves
+    every sequence, so any rejection forces a serial redraft); 0 for trees (not priced)."""
+    if ctx.rec.strategy != "speculative":
+        return np.asarray(0.0)
+    a = ctx.alpha if ctx.alpha is not None else acceptance.alpha_from_tau(ctx.tau, ctx.gamma)
+    return np.asarray(a, dtype=float) ** (ctx.gamma * ctx.B)
+
+
+def _retimed(cost: Cost, t) -> Cost:
+    """``cost``'s work with its time set to ``t``, the per-bound attribution scaled to match."""
+    f = np.where(cost.time_s > 0, np.asarray(t, dtype=float) / np.maximum(cost.time_s, 1e-300), 0.0)
+    return Cost(np.asarray(t, dtype=float), cost.flops, cost.hbm_bytes,
+                {b: v * f for b, v in cost.by_bound.items()}, cost.ops)
+
+
+def combine(ctx: Ctx, draft_cost: Cost, verify: Cost, transfer: Cost, halves=None) -> Cost:
+    """One step from its draft work D, verification V and transfers X.
+
+    Serial (same device, or ``draft_schedule=serial``): D + V + X. With ``overlap`` and a draft on
+    its own device, the cheapest schedule the dependencies allow:
+
+    * look-ahead (PEARL-style): the draft keeps drafting while the target verifies; its work is
+      usable with probability p (:func:`lookahead_probability`):  p·max(D, V) + (1 − p)·(D + V) + X;
+    * two half-batches in flight (B ≥ 2, only when ``halves`` = (D½, V½, X½) is given): the draft
+      device serves both halves, so does the target, and each half waits for its own draft:
+      max(2·D½, 2·V½, D½ + V½ + X½) — it beats serial only when half-batch passes are cheaper than
+      full ones (compute-bound), never at small memory-bound batches.
+    """
+    serial = draft_cost + verify + transfer
+    if not (separate(ctx) and ctx.rec.draft_schedule == "overlap"):
+        return serial
+    d, v, x = draft_cost.time_s, verify.time_s, transfer.time_s
+    p = lookahead_probability(ctx)
+    t = np.minimum(serial.time_s, p * np.maximum(d, v) + (1.0 - p) * (d + v) + x)
+    if halves is None:
+        return _retimed(serial, t)
+    dh, vh, xh = halves
+    half = dh + vh + xh
+    t_pp = np.maximum(np.maximum(2.0 * dh.time_s, 2.0 * vh.time_s), half.time_s)
+    use_pp = (np.asarray(ctx.B) >= 2) & (t_pp < t)
+    t = np.where(use_pp, t_pp, t)
+    step = _retimed(serial, t)
+    step.flops = np.where(use_pp, 2.0 * (dh.flops + vh.flops), serial.flops)
+    step.hbm_bytes = np.where(use_pp, 2.0 * (dh.hbm_bytes + vh.hbm_bytes), serial.hbm_bytes)
+    return step
+
+
+def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
+    """Draft weights and KV on the device that runs it (``self`` shares the target's weights)."""
+    if draft is None:
+        return {"draft_weights": np.asarray(0.0), "draft_kv": np.asarray(0.0)}
+    w = 0.0 if ctx.rec.draft_model == "self" else draft.weight_bytes_device()
+    return {"draft_weights": np.asarray(w), "draft_kv": np.asarray(kv_tokens, dtype=float) * draft.kv_bytes_per_token_device}
+
+
+def speculative(ctx: Ctx, draft) -> Outcome:
+    ex, B, L, g = ctx.ex, ctx.B, ctx.L, ctx.gamma
+    if ctx.rec.draft_model == "self":
+        draft = ex                       # the target's own Exec (carries its all-reduce algorithm)
+    n_draft_passes = 0.0 if draft is None else g
+    dcost = draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L)
+    verify = pass_cost(decode_shape(B, g + 1.0, L), ex)
+    halves = None
+    if separate(ctx) and ctx.rec.draft_schedule == "overlap":
+        Bh = np.maximum(np.ceil(B / 2.0), 1.0)
+        halves = (draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L, B=Bh),
+                  pass_cost(decode_shape(Bh, g + 1.0, L), ex), link_transfer(ctx, g, B=Bh))
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, speculative=True)
+    tps = tokens_per_step(ctx, g)
+    # target KV holds the context plus γ+1 speculative slots per sequence
+    kv_tokens = B * (ctx.L_peak + g + 1.0)
+    mem = target_memory(ex, kv_tokens, [prefill_memory_pass(ctx),
+                                        (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))])
+    d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
+    dmem = draft_memory(ctx, draft, d_kv_tokens)
+    other = None
+    if not separate(ctx):
+        mem.update(dmem)
+    else:
+        other = dict(dmem, activations=memory.activation_bytes(draft, B, B) if draft is not None else 0.0,
+                     runtime_overhead=np.asarray(ex.rt.memory_overhead_bytes))
+    kv_total = mem["target_kv"] * ex.tp * ex.pp + dmem["draft_kv"]
+    w_total = ex.weight_bytes_total() + dmem["draft_weights"]
+    return Outcome(step=step, tokens_per_step=tps, n_seqs=B,
+                   prefill=prefill_cost(ctx) + _draft_prefill(ctx, draft), memory=mem, other_device_memory=other,
+                   kv_total_bytes=kv_total, weights_total_bytes=w_total,
+                   extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
+
+
+def _draft_prefill(ctx: Ctx, draft) -> Cost:
+    """The draft model also processes the prompt (its own KV cache); ``self``/``none`` do not."""
+    if draft is None or ctx.rec.draft_model == "self":
+        return Cost.zero()
+    from costmodel.engine.strategies.common import prefill_shape
+    return pass_cost(prefill_shape(ctx.B, ctx.P), draft)

@@ -1,0 +1,187 @@
+"""Token-tree verification (SpecInfer, Medusa, EAGLE, Sequoia).
+
+A draft proposes a tree of T nodes; the target verifies the T nodes plus the root (q = T + 1) in
+one pass with a tree mask. Tokens per step τ = 1 + Σ_v Π p_rank along v's path (:mod:`costmodel.engine.tree`).
+
+Draft cost: a draft model or an EAGLE head runs one pass per depth over that level's nodes;
+Medusa heads run inside the target pass (each head: a d×d ResBlock and a d×vocab LM head);
+``none`` costs nothing. Verification kernels:
+
+* ``dense_masked``:  the full q × (L + q) block is computed; context KV read once per sequence
+* ``prefix_aware``:  only ancestor pairs inside the tree are computed; context KV read once
+* ``per_branch``:    each root-to-leaf path runs as its own sequence: GEMMs see Σ path lengths tokens,
+                     the context KV is read once per branch — re-reads hit L2 in proportion
+                     min(1, L2 / working set), the working set being B·L·KV bytes of one layer —
+                     and the attention kernel is launched once per branch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from costmodel.engine import acceptance
+from costmodel.errors import InputError
+from costmodel.inputs.model import Model
+from costmodel.engine.ops import Exec, Op, PassShape
+from costmodel.engine.roofline import Cost, pass_cost
+from costmodel.engine.tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
+from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_memory_pass, prefill_cost, target_memory, with_step_overhead
+from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine
+
+
+def rank_vector(ctx: Ctx, depth_hint: int | None = None) -> tuple:
+    r = ctx.rec
+    if r.rank_acceptance is not None:
+        return tuple(r.rank_acceptance)
+    if r.acceptance_rate is not None:
+        return acceptance.default_rank_acceptance(r.acceptance_rate)
+    # only τ: the α a chain of the tree's depth would need (used only to pick a shape)
+    d = depth_hint or 4
+    a = float(acceptance.alpha_from_tau(min(r.mean_accepted_tokens, d + 1), d))
+    return acceptance.default_rank_acceptance(a)
+
+
+def build_tree(ctx: Ctx, n_nodes: int | None = None) -> Tree:
+    r = ctx.rec
+    if r.tree_parents is not None:
+        return validate_parents(r.tree_parents)
+    if r.tree_width is not None and r.tree_depth is not None and r.tree_nodes is None:
+        return full_tree(r.tree_width, r.tree_depth)
+    n = n_nodes or r.tree_nodes
+    return optimal_tree(int(n), rank_vector(ctx, r.tree_depth), r.tree_depth)
+
+
+def eagle_head(target: Model) -> Model:
+    """EAGLE draft: one decoder layer of the target's width plus a 2d→d fusion layer (Li et al. 2024);
+    it reuses the target's embedding and LM head (counted in the pass, not in its weights)."""
+    return dataclasses.replace(target, id=f"eagle-head({target.id})", name="EAGLE head", n_layers=1,
+                               n_experts=1, experts_per_token=1, tied_embeddings=True,
+                               published_params=None, source="EAGLE (arXiv:2401.15077) draft head")
+
+
+def eagle_extra_params(target: Model) -> float:
+    """EAGLE head weights: one layer + the 2d×d fusion matrix (LM head shared with the target)."""
+    return target.attn_params_per_layer + target.expert_params + 2 * target.d_model + 2 * target.d_model ** 2
+
+
+def medusa_ops(ex: Exec, n_heads: int, B) -> list:
+    """Medusa heads on the last accepted hidden state: per head a d×d ResBlock and a d×V LM head."""
+    m = ex.model
+    params = n_heads * (m.d_model ** 2 + m.d_model * m.vocab_size) / ex.tp
+    t = np.asarray(B, dtype=float)
+    return [Op("medusa_heads", "matrix", 1, flops=2.0 * params * t,
+               hbm_bytes=params * ex.w_bytes + t * n_heads * m.vocab_size / ex.tp * 4.0, group="heads")]
+
+
+def verify_shape(ctx: Ctx, tr: Tree, kernel: str, extra_ops) -> PassShape:
+    B, L = ctx.B, ctx.L
+    q = tr.n_nodes + 1.0
+    if kernel == "per_branch":
+        paths = tr.leaf_path_lengths.astype(float)
+        n_br = float(len(paths))
+        ex = ctx.ex
+        hit = l2_hit_fraction(ex, B * L)
+        rereads = B * L * (n_br - 1.0)
+        return PassShape(tokens=B * paths.sum(), pairs=B * float((paths * (paths + 1) / 2).sum()) + B * L * paths.sum(),
+                         kv_hbm_tokens=B * L + rereads * (1.0 - hit), kv_l2_tokens=rereads * hit,
+                         lm_tokens=B * paths.sum(), attn_kernels=n_br, kv_write_tokens=B * paths.sum(),
+                         extra_ops=extra_ops)
+    if kernel == "dense_masked":
+        pairs = B * q * (L + q)
+    else:
+        pairs = B * (q * L + tr.ancestor_pairs)
+    return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops)
+
+
+def tree_tokens_per_step(ctx: Ctx, tr: Tree) -> np.ndarray:
+    """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B."""
+    if ctx.tau is not None and ctx.rec.rank_acceptance is None and ctx.rec.acceptance_rate is None:
+        return np.asarray(ctx.tau, dtype=float)
+    p = np.concatenate([np.asarray(rank_vector(ctx), dtype=float), np.zeros(tr.n_nodes + 1)])
+    prob = np.ones(tr.n_nodes + 1)
+    for i, (par, rk) in enumerate(zip(tr.parents, tr.ranks), start=1):
+        prob[i] = prob[par] * p[rk - 1]
+    if ctx.rec.batch_sync == "lockstep":
+        depths = np.concatenate([[0], tr.depths])
+        tails = np.bincount(depths, weights=prob)        # P(accepted length ≥ j), j = 0..depth
+        b = np.asarray(ctx.B, dtype=float)
+        return np.sum(tails.reshape((-1,) + (1,) * b.ndim) ** b, axis=0)
+    return np.asarray(prob.sum())
+
+
+def resolve_draft(ctx: Ctx, draft):
+    """(draft Exec or None, kind) for a tree: a model, 'eagle', 'medusa' or 'none'."""
+    kind = ctx.rec.draft_model
+    if kind == "eagle":
+        return dataclasses.replace(ctx.ex, model=eagle_head(ctx.ex.model)), "eagle"
+    if kind in ("medusa", "none"):
+        return None, kind
+    if kind == "self":
+        return ctx.ex, "self"
+    return draft, "model"
+
+
+def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
+    ex, B, L = ctx.ex, ctx.B, ctx.L
+    d_ex, kind = resolve_draft(ctx, draft)
+    extra = medusa_ops(ex, max(tr.depth, 1), B) if kind == "medusa" else []
+    vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
+    verify = pass_cost(vs, ex)
+    dcost = Cost.zero()
+    if d_ex is not None:
+        Ld = L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
+        for d, n_d in enumerate(tr.level_sizes, start=1):
+            shape = PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
+            dcost = dcost + pass_cost(shape, d_ex)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, speculative=True)
+    q = tr.n_nodes + 1.0
+    kv_tokens = B * (ctx.L_peak + q)
+    mem = target_memory(ex, B * ctx.L_peak, [prefill_memory_pass(ctx),
+                                             (vs.tokens, vs.lm_tokens, vs.pairs)])
+    mem["tree_scratch"] = (kv_tokens - B * ctx.L_peak) * ex.kv_bytes_per_token_device
+    if kind == "medusa":
+        m = ex.model
+        dmem = {"draft_weights": np.asarray(max(tr.depth, 1) * (m.d_model ** 2 + m.d_model * m.vocab_size)
+                                            * ex.w_bytes / ex.tp), "draft_kv": np.asarray(0.0)}
+    elif kind == "eagle":
+        dmem = {"draft_weights": np.asarray(eagle_extra_params(ex.model) * ex.w_bytes),
+                "draft_kv": B * ctx.L_peak * d_ex.kv_bytes_per_token_device}
+    else:
+        dmem = draft_memory(ctx, d_ex, B * (ctx.L_peak if ctx.draft_kv_budget is None
+                                                else np.minimum(ctx.L_peak, ctx.draft_kv_budget)))
+    other = None
+    if ctx.rec.draft_placement == "same_device" or kind in ("medusa", "none"):
+        mem.update(dmem)
+    else:
+        other = dict(dmem, runtime_overhead=np.asarray(ex.rt.memory_overhead_bytes))
+    prefill = prefill_cost(ctx) + (_draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero())
+    return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
+                   n_seqs=B, prefill=prefill, memory=mem, other_device_memory=other,
+                   kv_total_bytes=(mem["target_kv"] + mem["tree_scratch"]) * ex.tp * ex.pp + dmem["draft_kv"],
+                   weights_total_bytes=ex.weight_bytes_total() + dmem["draft_weights"],
+                   extras={"tree_nodes": tr.n_nodes, "tree_depth": tr.depth,
+                           "tree_parents": list(tr.parents),
+                           "draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
+
+
+def tree(ctx: Ctx, draft) -> Outcome:
+    """Tree strategy; ``tree_shape=optimal_for_hardware`` searches every tree that is optimal for some
+    size <= tree_nodes and depth bound (<= tree_depth, else 16) for the best tokens per second on the
+    hardware (Sequoia's hardware-aware optimiser: size and depth together)."""
+    r = ctx.rec
+    if r.tree_shape == "optimal_for_hardware":
+        if r.tree_nodes is None:
+            raise InputError("optimal_for_hardware needs a node budget", field="tree_nodes")
+        if np.size(ctx.B) != 1:
+            raise InputError("optimal_for_hardware trees are searched per configuration; sweep them one "
+                             "row at a time", field="tree_shape")
+        best, best_rate = None, -1.0
+        for tr in candidate_trees(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), r.tree_depth):
+            out = tree_outcome(ctx, draft, tr)
+            rate = float(np.ravel(out.tokens_per_step / out.step.time_s)[0])
+            if rate > best_rate:
+                best, best_rate = out, rate
+        return best
+    return tree_outcome(ctx, draft, build_tree(ctx))

@@ -1,0 +1,214 @@
+"""Token trees: shapes, expected tokens per step, and Sequoia's optimal tree for a node budget.
+
+A tree has a root (the last committed token, position 0) and ``n_nodes`` draft nodes numbered
+1..n; ``parents[i-1]`` is node i's parent (0 = root, always < i). A node's *rank* is its order
+among its siblings (1 = the draft's top choice). With positional acceptance p_1..p_k
+(Sequoia, Chen et al. 2024, arXiv:2402.12374):
+
+    τ = 1 + Σ_{v ≠ root} Π_{u on path(root→v)} p_rank(u)
+
+Sequoia's dynamic program for the best tree of n nodes (root included) and depth ≤ d:
+    c(n, d) = 1 + max_{a_1+…+a_k = n−1} Σ_i p_i · c(a_i, d−1),  children ranks contiguous.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.errors import InputError
+
+MAX_TREE_NODES = 1024
+
+
+@dataclass(frozen=True)
+class Tree:
+    parents: tuple            # parent of node i (1..n) at index i-1; 0 is the root
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.parents)
+
+    @functools.cached_property
+    def depths(self) -> np.ndarray:
+        """Depth of each node 1..n (root = 0)."""
+        d = np.zeros(self.n_nodes + 1, dtype=int)
+        for i, p in enumerate(self.parents, start=1):
+            d[i] = d[p] + 1
+        return d[1:]
+
+    @functools.cached_property
+    def ranks(self) -> np.ndarray:
+        seen: dict = {}
+        out = []
+        for p in self.parents:
+            seen[p] = seen.get(p, 0) + 1
+            out.append(seen[p])
+        return np.asarray(out, dtype=int)
+
+    @property
+    def depth(self) -> int:
+        return int(self.depths.max()) if self.n_nodes else 0
+
+    @property
+    def level_sizes(self) -> np.ndarray:
+        """Nodes per depth 1..depth (draft passes: one per level)."""
+        return np.bincount(self.depths, minlength=self.depth + 1)[1:] if self.n_nodes else np.zeros(0)
+
+    @functools.cached_property
+    def leaf_path_lengths(self) -> np.ndarray:
+        """Tokens on each root-to-leaf path, root included (per_branch verification sequences)."""
+        if not self.n_nodes:
+            return np.asarray([1])
+        has_child = np.zeros(self.n_nodes + 1, dtype=bool)
+        for p in self.parents:
+            has_child[p] = True
+        leaves = [i for i in range(1, self.n_nodes + 1) if not has_child[i]]
+        return self.depths[np.asarray(leaves) - 1] + 1
+
+    @property
+    def ancestor_pairs(self) -> int:
+        """Σ over the n+1 tree tokens of (ancestors + itself): tree-aware attention positions."""
+        return int(self.n_nodes + 1 + (self.depths).sum())
+
+    def expected_tokens(self, rank_acceptance) -> float:
+        """1 + Σ_v Π p_rank along the path (a rank beyond the vector has p = 0)."""
+        p = np.concatenate([np.asarray(rank_acceptance, dtype=float), np.zeros(self.n_nodes + 1)])
+        prob = np.ones(self.n_nodes + 1)
+        for i, (par, r) in enumerate(zip(self.parents, self.ranks), start=1):
+            prob[i] = prob[par] * p[r - 1]
+        return float(prob.sum())
+
+
+def validate_parents(parents, field="tree_parents") -> Tree:
+    ps = list(parents)
+    if not ps:
+        raise InputError("a tree needs at least one node", field=field)
+    if len(ps) > MAX_TREE_NODES:
+        raise InputError(f"too many nodes ({len(ps)})", field=field, allowed=f"at most {MAX_TREE_NODES}")
+    for i, p in enumerate(ps, start=1):
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 0 <= p < i:
+            raise InputError(f"parent of node {i} is {p!r}; each parent must be an earlier node "
+                             f"(0 = root, 1..{i - 1})", field=field)
+    return Tree(tuple(int(p) for p in ps))
+
+
+def full_tree(width: int, depth: int) -> Tree:
+    """Full ``width``-ary tree of ``depth`` levels: Σ_{d=1..depth} width^d nodes (breadth-first)."""
+    parents, level = [], [0]
+    for _ in range(depth):
+        nxt = []
+        for par in level:
+            for _ in range(width):
+                parents.append(par)
+                nxt.append(len(parents))
+        level = nxt
+    if len(parents) > MAX_TREE_NODES:
+        raise InputError(f"a {width}-ary tree of depth {depth} has {len(parents)} nodes",
+                         field="tree_width", allowed=f"at most {MAX_TREE_NODES} nodes")
+    return Tree(tuple(parents))
+
+
+@functools.lru_cache(maxsize=64)
+def _sequoia_table(n_max: int, rank_acceptance: tuple, max_depth: int):
+    """Sequoia's DP for every size up to ``n_max`` draft nodes and every depth bound up to
+    ``max_depth``: returns (g, choice) with g[d, n] the best expected tokens of a subtree of n nodes
+    (root included) and depth <= d, and choice the argmax subtree sizes for reconstruction."""
+    p = np.asarray(rank_acceptance, dtype=float)
+    k, N = len(p), n_max + 1                        # N = nodes including the root
+    D = max_depth
+    NEG = -1e18
+    g = np.full((D + 1, N + 1), NEG)               # g[d, n] for n nodes (root incl.), depth <= d
+    g[:, 1] = 1.0
+    g[:, 0] = 0.0
+    choice = {}                                     # (d, i) -> subtree size of rank i, per m
+    m_idx = np.arange(N)[:, None]
+    a_idx = np.arange(N)[None, :]
+    valid = (a_idx >= 1) & (a_idx <= m_idx)
+    for d in range(1, D + 1):
+        h_prev = np.full(N, NEG)
+        h_prev[0] = 0.0                             # h_0(m): 0 nodes with no ranks
+        best = np.full(N, NEG)
+        best[0] = 0.0
+        best_i = np.zeros(N, dtype=int)
+        sub = g[d - 1, :N]                          # value of a child subtree with a nodes
+        for i in range(k):
+            # h_i(m) = max_{1<=a<=m} h_{i-1}(m−a) + p_i·g[d−1, a]  (ranks 1..i all present)
+            cand = np.where(valid, h_prev[np.clip(m_idx - a_idx, 0, N - 1)] + p[i] * sub[a_idx], NEG)
+            arg = cand.argmax(axis=1)
+            h = cand[np.arange(N), arg]
+            h = np.where(h < NEG / 2, NEG, h)
+            choice[(d, i)] = arg
+            better = h > best + 1e-15
+            best = np.where(better, h, best)
+            best_i = np.where(better, i + 1, best_i)
+            h_prev = h
+        g[d, 1:] = 1.0 + best[:N]
+        choice[(d, "k")] = best_i
+    return g, choice
+
+
+def _reconstruct(choice, n_nodes: int, depth: int) -> "Tree":
+    parents: list = []
+
+    def build(root: int, n: int, d: int):
+        if n <= 1 or d == 0:
+            return
+        m = n - 1
+        n_ranks = choice[(d, "k")][m]
+        sizes = []
+        for i in range(n_ranks - 1, -1, -1):
+            a = int(choice[(d, i)][m])
+            sizes.append(a)
+            m -= a
+        sizes.reverse()
+        kids = []
+        for _ in sizes:
+            parents.append(root)
+            kids.append(len(parents))
+        for kid, a in zip(kids, sizes):
+            build(kid, a, d - 1)
+
+    build(0, n_nodes + 1, depth)
+    # renumber breadth-first so that parents precede children and siblings are in rank order
+    return _bfs(parents)
+
+
+@functools.lru_cache(maxsize=512)
+def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = None) -> Tree:
+    """Sequoia's DP: the tree of ``n_nodes`` draft nodes maximising expected tokens (module docstring),
+    depth <= ``max_depth`` (<= 32 when not given)."""
+    D = min(n_nodes, max_depth or 32)
+    _, choice = _sequoia_table(n_nodes, tuple(rank_acceptance), D)
+    return _reconstruct(choice, n_nodes, D)
+
+
+def candidate_trees(budget: int, rank_acceptance: tuple, max_depth: int | None = None) -> list:
+    """Every distinct tree that is optimal for some (size n <= budget, depth bound d): the search
+    space of Sequoia's hardware-aware optimiser, which trades tokens per step against draft passes
+    (one per level) and verification tokens. One DP table serves all (n, d)."""
+    D = min(budget, max_depth or 16)
+    _, choice = _sequoia_table(budget, tuple(rank_acceptance), D)
+    seen, out = set(), []
+    for n in range(1, budget + 1):
+        for d in range(1, min(n, D) + 1):
+            t = _reconstruct(choice, n, d)
+            if t.parents not in seen:
+                seen.add(t.parents)
+                out.append(t)
+    return out
+
+
+def _bfs(parents: list) -> Tree:
+    children: dict = {}
+    for i, p in enumerate(parents, start=1):
+        children.setdefault(p, []).append(i)
+    order, new_id, out = [0], {0: 0}, []
+    for node in order:
+        for c in children.get(node, []):
+            new_id[c] = len(new_id)
+            out.append(new_id[node])
+            order.append(c)
+    return Tree(tuple(out))

@@ -1,0 +1,81 @@
+"""Bytes per element of each storage dtype, quantised weight formats, and the dtype GEMMs compute in.
+
+Weight-only quantised formats (int8, int4) store each weight in ``BYTES_PER_ELEMENT`` bytes plus
+its share of the quantisation metadata: one scale (and, for asymmetric formats, one zero point)
+per group of ``group_size`` consecutive weights along the input dimension::
+
+    bytes per weight = element bytes + scale_bytes_per_group / group_size      (group_size = d_in: per channel)
+
+Examples (the runtime profiles in ``runtimes/*.yaml`` carry the format of each stack, with sources):
+
+* gpt-fast int4, group 32, bf16 scale + bf16 zero:       0.5 + 4/32  = 0.625   B/weight
+* TensorRT-LLM int4 GPTQ, group 128, fp16 scale + zero:  0.5 + 4/128 = 0.53125 B/weight
+* llama.cpp Q4_0, blocks of 32 with one fp16 scale:      0.5 + 2/32  = 0.5625  B/weight (18 B / 32)
+* llama.cpp Q8_0, blocks of 32 with one fp16 scale:      1.0 + 2/32  = 1.0625  B/weight (34 B / 32)
+* gpt-fast int8, one bf16 scale per output channel:      1.0 + 2/d_in
+
+Which tensors a stack quantises is a runtime property too (``Runtime.quantize_embedding``,
+``Runtime.quantize_lm_head``): tensors left unquantised stay in the activation dtype (fp16/bf16);
+``ops.Exec`` applies the format per tensor. Without a runtime (``weight_bytes_per_param``) the
+defaults below describe a generic AWQ/GPTQ-like layout applied to every weight.
+"""
+
+from __future__ import annotations
+
+from costmodel.errors import InputError
+
+DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+
+BYTES_PER_ELEMENT = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+#: weight-only quantised storage dtypes (the others are stored as they compute)
+QUANTISED = ("int8", "int4")
+
+#: default group size per quantised dtype when a runtime gives none: int4 groups of 128 (AWQ/GPTQ
+#: layout), int8 per output channel (``None`` = the group is the whole input row, d_in weights)
+DEFAULT_GROUP_SIZE = {"int4": 128, "int8": None}
+#: default scale (+ zero point) bytes per group: int4 fp16 scale + fp16 zero = 4 bytes; int8 per-channel
+#: scales counted as ~0 (2 bytes per row of thousands of weights)
+DEFAULT_SCALE_BYTES_PER_GROUP = {"int4": 4.0, "int8": 0.0}
+
+
+def quantised_bytes_per_weight(dtype: str, group_size, scale_bytes_per_group: float, d_in=None) -> float:
+    """Element bytes + scale bytes / group: e.g. int4 with 4 bytes per group of 32 = 0.5 + 4/32 = 0.625.
+
+    ``group_size`` None means per output channel: one group per input row of ``d_in`` weights
+    (``d_in`` None: the scales are counted as 0)."""
+    check(dtype, "weight_dtype")
+    g = group_size if group_size is not None else d_in
+    return BYTES_PER_ELEMENT[dtype] + (scale_bytes_per_group / g if g else 0.0)
+
+
+def weight_bytes_per_param(dtype: str) -> float:
+    """Storage bytes per weight in the default layout (no runtime): int4 = 0.5 + 4/128 = 0.53125,
+    int8 = 1.0; the runtime-aware figure is ``ops.Exec.w_bytes``."""
+    check(dtype, "weight_dtype")
+    if dtype in QUANTISED:
+        return quantised_bytes_per_weight(dtype, DEFAULT_GROUP_SIZE[dtype], DEFAULT_SCALE_BYTES_PER_GROUP[dtype])
+    return BYTES_PER_ELEMENT[dtype]
+
+
+def kv_bytes_per_element(dtype: str) -> float:
+    check(dtype, "kv_dtype")
+    if dtype == "int4":
+        return 0.5 + 4.0 / 128
+    return BYTES_PER_ELEMENT[dtype]
+
+
+def compute_dtype(weight_dtype: str) -> str:
+    """Dtype of the matrix units: weight-only int8/int4 dequantise to fp16; fp8 runs on fp8 units."""
+    return {"int8": "fp16", "int4": "fp16"}.get(weight_dtype, weight_dtype)
+
+
+def activation_bytes(weight_dtype: str) -> float:
+    """Activations stay in fp16/bf16 (fp32 for an fp32 model)."""
+    return 4.0 if weight_dtype == "fp32" else 2.0
+
+
+def check(dtype: str, field: str) -> str:
+    if dtype not in BYTES_PER_ELEMENT:
+        raise InputError(f"unknown dtype {dtype!r}", field=field, allowed=", ".join(DTYPES))
+    return dtype

@@ -1,0 +1,178 @@
+"""What runs: a decoder-only transformer's architecture, from the zoo or a Hugging Face config.json.
+
+Parameter count (per layer, gated FFN, biases ignored):
+  attention  = d_model·(n_heads + 2·n_kv_heads)·head_dim + n_heads·head_dim·d_model
+  FFN        = n_experts · 3·d_model·d_ff  (2·d_model·d_ff when not gated) + router d_model·n_experts
+  norms      = 2·d_model
+plus embeddings vocab·d_model, an LM head vocab·d_model unless tied, and a final norm d_model.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from costmodel.errors import InputError
+from costmodel.inputs.specs import Fields, load_yaml, resolve
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    name: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    vocab_size: int
+    ffn_type: str = "gated"          # 'gated' (SwiGLU, 3 matrices) or 'plain' (2 matrices)
+    tied_embeddings: bool = False
+    n_experts: int = 1
+    experts_per_token: int = 1
+    published_params: float | None = None
+    source: str = ""
+
+    # ---- parameter counts -------------------------------------------------
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        """d·(h + 2·kv)·hd (q, k, v) + h·hd·d (o)."""
+        return self.d_model * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.d_model
+
+    @property
+    def expert_params(self) -> int:
+        """One expert's FFN: 3·d·d_ff gated, 2·d·d_ff plain."""
+        return (3 if self.ffn_type == "gated" else 2) * self.d_model * self.d_ff
+
+    @property
+    def ffn_params_per_layer(self) -> int:
+        router = self.d_model * self.n_experts if self.n_experts > 1 else 0
+        return self.n_experts * self.expert_params + router
+
+    @property
+    def layer_params(self) -> int:
+        return self.attn_params_per_layer + self.ffn_params_per_layer + 2 * self.d_model
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.d_model
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab_size * self.d_model
+
+    @property
+    def n_params(self) -> int:
+        """Total parameters (embeddings and untied LM head included)."""
+        head = 0 if self.tied_embeddings else self.lm_head_params
+        return self.n_layers * self.layer_params + self.embedding_params + head + self.d_model
+
+    @property
+    def active_params_per_token(self) -> int:
+        """Parameters one token multiplies through (MoE: only its experts; no embedding gather)."""
+        ffn = self.experts_per_token * self.expert_params + (
+            self.d_model * self.n_experts if self.n_experts > 1 else 0)
+        per_layer = self.attn_params_per_layer + ffn
+        return self.n_layers * per_layer + self.lm_head_params
+
+    def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
+        """K and V for one token over all layers: 2·layers·kv_heads·head_dim·bytes."""
+        return 2.0 * self.n_layers * self.kv_dim * kv_bytes_per_element
+
+
+MODEL_FIELDS = ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
+                "ffn_type", "vocab_size", "tied_embeddings", "n_experts", "experts_per_token",
+                "published_params", "source")
+
+
+def _from_zoo_yaml(data, src: str) -> Model:
+    f = Fields(data, src)
+    f.check_keys(MODEL_FIELDS)
+    i = dict(required=True, integer=True, min_value=1)
+    m = Model(
+        id=f.text("id"), name=f.text("name"), n_layers=f.num("n_layers", **i), d_model=f.num("d_model", **i),
+        n_heads=f.num("n_heads", **i), n_kv_heads=f.num("n_kv_heads", **i), head_dim=f.num("head_dim", **i),
+        d_ff=f.num("d_ff", **i), vocab_size=f.num("vocab_size", **i),
+        ffn_type=f.text("ffn_type", required=False, default="gated", choices=("gated", "plain")),
+        tied_embeddings=f.flag("tied_embeddings", required=False, default=False),
+        n_experts=f.num("n_experts", required=False, default=1, integer=True, min_value=1),
+        experts_per_token=f.num("experts_per_token", required=False, default=1, integer=True, min_value=1),
+        published_params=f.num("published_params", required=False, min_value=0),
+        source=f.text("source", required=False, default=""),
+    )
+    _check(m, src)
+    return m
+
+
+def _check(m: Model, src: str) -> None:
+    if m.n_heads % m.n_kv_heads:
+        raise InputError(f"n_heads ({m.n_heads}) must be a multiple of n_kv_heads", source=src,
+                         field="n_kv_heads", value=m.n_kv_heads)
+    if m.experts_per_token > m.n_experts:
+        raise InputError(f"experts_per_token must be <= n_experts ({m.n_experts})", source=src,
+                         field="experts_per_token", value=m.experts_per_token)
+
+
+def from_hf_config(data, src: str) -> Model:
+    """Parse a Hugging Face ``config.json`` (LLaMA/Mistral/Mixtral/Qwen2-style field names)."""
+    f = Fields(data, src)
+    i = dict(required=True, integer=True, min_value=1)
+    d = f.num("hidden_size", **i)
+    heads = f.num("num_attention_heads", **i)
+    kv = f.num("num_key_value_heads", required=False, default=heads, integer=True, min_value=1)
+    hd = f.num("head_dim", required=False, default=None, integer=True, min_value=1, allow_null=True)
+    if hd is None:
+        if d % heads:
+            raise InputError("hidden_size is not divisible by num_attention_heads; give head_dim",
+                             source=src, field="head_dim")
+        hd = d // heads
+    e = f.num("num_local_experts", required=False, default=1, integer=True, min_value=1, allow_null=True) or 1
+    k = f.num("num_experts_per_tok", required=False, default=1, integer=True, min_value=1, allow_null=True) or 1
+    act = data.get("hidden_act", "silu")
+    gated = data.get("model_type", "llama") not in ("gpt2", "opt", "gpt_neox", "bloom") and act in (
+        "silu", "swiglu", "gelu", "gelu_pytorch_tanh", "geglu")
+    name = data.get("_name_or_path") or Path(src).parent.name or Path(src).stem
+    m = Model(
+        id=str(src), name=str(name), n_layers=f.num("num_hidden_layers", **i), d_model=d, n_heads=heads,
+        n_kv_heads=kv, head_dim=hd, d_ff=f.num("intermediate_size", **i), vocab_size=f.num("vocab_size", **i),
+        ffn_type="gated" if gated else "plain",
+        tied_embeddings=f.flag("tie_word_embeddings", required=False, default=False),
+        n_experts=e, experts_per_token=k if e > 1 else 1, source=f"Hugging Face config {src}",
+    )
+    _check(m, src)
+    return m
+
+
+@functools.lru_cache(maxsize=256)
+def _load_path(path: str) -> Model:
+    if path.endswith(".json"):
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                             source=path) from None
+        except OSError as exc:
+            raise InputError(f"cannot read file: {exc}", source=path) from None
+        return from_hf_config(data, path)
+    data = load_yaml(path)
+    if isinstance(data, dict) and "hidden_size" in data:
+        return from_hf_config(data, path)
+    return _from_zoo_yaml(data, path)
+
+
+def load_model(id_or_path, field: str = "model") -> Model:
+    """Zoo id (case-insensitive), model YAML, or Hugging Face config.json -> :class:`Model`."""
+    if isinstance(id_or_path, Model):
+        return id_or_path
+    return _load_path(str(resolve("model_specs", id_or_path, field)))
