@@ -261,12 +261,13 @@ def _bits_equal(a, b):
     dict(model="mixtral-8x7b", hardware="l40s", runtime="eager", n_devices=2),
 ])
 def test_pass_cost_is_bit_identical_to_the_reference(setup):
-    """roofline.pass_cost (in-place accumulation, skipped +0.0 terms, scalar fast path) against the
+    """pass_cost.pass_cost (in-place accumulation, skipped +0.0 terms, scalar fast path) against the
     formulas as first written, on scalars and broadcast arrays, with zeros, infinities and NaNs."""
     from costmodel.engine.evaluate import build_exec
     from costmodel.engine.ops import PassShape, layer_ops
     from costmodel.inputs.record import parse_record
-    from costmodel.engine.roofline import Cost, reference_pass_cost, op_time, pass_cost
+    from costmodel.engine.roofline import Cost, reference_pass_cost, op_time
+    from costmodel.engine.pass_cost import pass_cost
     ex = build_exec(parse_record(dict(setup, batch_size=1, prompt_len=1)))
     rng = np.random.default_rng(7)
     B = np.array([1.0, 3.0, 64.0, 700.0]).reshape(-1, 1)
@@ -346,7 +347,8 @@ def test_dominant_term_agrees_with_the_reference_and_fires(setup):
     from costmodel.engine.evaluate import build_exec
     from costmodel.engine.ops import AffineOp, layer_ops
     from costmodel.inputs.record import parse_record
-    from costmodel.engine.roofline import reference_pass_cost, pass_cost
+    from costmodel.engine.roofline import reference_pass_cost
+    from costmodel.engine.pass_cost import pass_cost
     from costmodel.engine.strategies.common import decode_shape, prefill_shape
     ex = build_exec(parse_record(dict(setup, batch_size=1, prompt_len=1)))
     B = np.arange(33.0, 65.0).reshape(-1, 1)

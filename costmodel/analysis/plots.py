@@ -170,7 +170,7 @@ def roofline_data(fields: dict) -> dict:
     """Operators of each phase: (phase, name, FLOPs, HBM bytes, seconds) per device, plus the device's peaks."""
     from costmodel.engine.evaluate import build_draft, build_exec, make_ctx
     from costmodel.inputs.record import parse_record
-    from costmodel.engine.roofline import pass_cost
+    from costmodel.engine.pass_cost import pass_cost
     from costmodel.engine.strategies.common import decode_shape, prefill_shape
     _need(fields, "model", "hardware", "batch_size", "prompt_len")
     rec = parse_record(fields, allow_meta=True)

@@ -1,5 +1,1 @@
-"""Command-line front end: ``costmodel <command> ...`` (see main.py)."""
-
-from costmodel.cli.main import main
-
-__all__ = ["main"]
+"""Command-line front end: ``costmodel <command> ...`` (entry point :func:`costmodel.cli.main.main`)."""

@@ -23,7 +23,7 @@ from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine.ops import Exec
 from costmodel.inputs.record import Record, parse_record
-from costmodel.engine.roofline import _sum
+from costmodel.fast.arrays import add
 from costmodel.inputs.runtime import load_runtime
 from costmodel.engine.strategies import STRATEGY_FUNCS
 from costmodel.engine.strategies.autoregressive import ar_step
@@ -139,7 +139,7 @@ def _sum_all(values):
     without full-size passes over broadcast operands."""
     total = np.asarray(0.0)                 # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
     for v in values:
-        total = _sum(total, v)
+        total = add(total, v)
     return total
 
 

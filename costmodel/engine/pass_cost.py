@@ -1,4 +1,4 @@
-"""Performance machinery behind :func:`costmodel.engine.roofline.pass_cost`.
+"""The pass evaluator: :func:`pass_cost`, what every strategy calls to price a forward pass.
 
 Nothing here defines physics: the roofline terms are :func:`costmodel.engine.roofline.op_terms` and the
 pass is :func:`costmodel.engine.roofline.reference_pass_cost`. This module computes the same thing with
@@ -18,121 +18,11 @@ import math
 
 import numpy as np
 
+from costmodel.fast.arrays import add_into, bcast, max_argmax, nonneg, times_broadcast
+
 from costmodel.engine.ops import AffineOp, Exec, PassShape, kernel_count, layer_ops
-from costmodel.engine.roofline import BOUNDS, Cost, _DeferredWork, _OP_BOUND_NAMES, _RECORD_OPS, _compute_term, gemm_overlap, \
-    op_terms, summation_order
-
-
-def _bcast(a, shape):
-    """np.broadcast_to(np.asarray(a, dtype=float), shape), skipped when ``a`` has that shape."""
-    a = np.asarray(a, dtype=float)
-    return a if a.shape == shape else np.broadcast_to(a, shape)
-
-
-def _sum(a, b):
-    """a + b for Cost arithmetic (see _binary)."""
-    return _binary(np.add, a, b)
-
-
-def _prod(a, b):
-    """a * b for Cost arithmetic (see _binary)."""
-    return _binary(np.multiply, a, b)
-
-
-def _binary(ufunc, a, b):
-    """ufunc(a, b) with the same elements, fewer full-size passes:
-
-    * an operand that is a broadcast view (zero strides, e.g. a bound with no time) is used in
-      its compact form and the result broadcast back: every element is one of the compact results;
-    * a + (+0.0 everywhere) is ``a`` itself when ``a`` holds no -0.0 and no NaN (x + +0.0 == x
-      bit for bit for every other x), checked in one read of ``a``. (The result may then be an
-      operand itself: Cost arrays are never written in place once a pass has returned them.)"""
-    if type(a) is not np.ndarray or type(b) is not np.ndarray or not (a.ndim or b.ndim):
-        return ufunc(a, b)           # scalars (a single evaluate()): nothing to save
-    ca, cb = _compact(a), _compact(b)
-    if ufunc is np.add:
-        for x, cz in ((a, cb), (b, ca)):
-            if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and _is_pos_zero(cz) \
-                    and x.shape == np.broadcast_shapes(a.shape, b.shape) and _nonneg(x):
-                return x
-    if ca is a and cb is b:
-        return ufunc(a, b)
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    r = ufunc(ca, cb)
-    return r if r.shape == shape else np.broadcast_to(r, shape)
-
-
-def _is_pos_zero(c: np.ndarray) -> bool:
-    x = float(c.reshape(-1)[0])
-    return x == 0.0 and math.copysign(1.0, x) > 0.0
-
-
-def _compact(a: np.ndarray) -> np.ndarray:
-    """A broadcast view (zero strides) as the smallest view that broadcasts back to it."""
-    if a.ndim == 0 or 0 not in a.strides or a.size == 0:
-        return a
-    return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
-
-
-def _max_argmax(terms, first_is_new: bool = False):
-    """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
-    of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
-    that broadcasts to the max's. None (the caller takes the reference path) when the running
-    maximum holds a NaN, a negative number or -0.0 where it matters. For such terms the first
-    maximum is the last term that is strictly greater than the running maximum, and a +0.0 term
-    can be skipped (it is never above a running maximum >= +0.0, and max(m, +0.0) = m)."""
-    if not any(t.ndim for t in terms):
-        fl = [float(t) for t in terms]
-        for x in fl:
-            if not x > 0.0 and (x != 0.0 or math.copysign(1.0, x) < 0.0):
-                return None           # NaN, negative or -0.0: the reference path
-        m = max(fl)
-        return np.float64(m), np.intp(fl.index(m))
-    m, idx, checked = terms[0], None, None
-    m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
-    low = None                                          # (m, min of m) once computed
-    for i in range(1, len(terms)):
-        t = terms[i]
-        if t.ndim == 0 and float(t) == 0.0 and math.copysign(1.0, float(t)) > 0.0:
-            if checked is not m:
-                if not _nonneg(m):
-                    return None
-                checked = m
-            continue
-        if 8 * t.size <= m.size:
-            # a small term (a constant launch time, say) that nowhere exceeds the running maximum
-            # changes neither the maximum (np.maximum keeps m where t <= m) nor the index (t > m is
-            # false everywhere): two reductions instead of three full passes. A NaN fails the test.
-            if low is None or low[0] is not m:
-                low = (m, float(np.min(m)))
-            if float(np.max(t)) <= low[1]:
-                continue
-        gt = t > m
-        if m_new and m.ndim and gt.shape == m.shape:
-            m = np.maximum(m, t, out=m)
-        else:
-            m, m_new = np.maximum(m, t), True
-        step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
-        idx = step if idx is None else np.maximum(idx, step)
-    if checked is not m and not _nonneg(m):
-        return None
-    if idx is None:
-        idx = np.zeros(np.shape(m), dtype=np.int8)
-    return m, idx
-
-
-def _nonneg(a: np.ndarray) -> bool:
-    """Every element is +0.0 .. +inf (no negative number, no -0.0, no NaN): read as uint64 the bit
-    pattern is at most +inf's (a set sign bit or a NaN reads larger)."""
-    if a.ndim == 0:
-        x = float(a)
-        return x >= 0.0 and math.copysign(1.0, x) > 0
-    if a.dtype != np.float64:
-        return False
-    return bool(a.view(np.uint64).max() <= _INF_BITS)
-
-
-_INF_BITS = int(np.array(np.inf).view(np.uint64))
+from costmodel.engine.roofline import BOUNDS, Cost, DeferredWork, OP_BOUND_NAMES, RECORD_OPS, as_dequant, compute_term_s, \
+    gemm_time_s, l2_term_s, memory_term_s, op_terms, roofline_terms, summation_order, unit_flops_per_s
 
 
 _ZERO = np.float64(0.0)
@@ -142,13 +32,6 @@ def _l2_not_slower(ex: Exec) -> bool:
     """L2 bandwidth >= achievable HBM bandwidth > 0 everywhere (rates may be arrays)."""
     l2, bw = ex.hw.l2_bandwidth_bytes_per_s, ex.hbm_bytes_per_s
     return bool(np.all(np.asarray(bw) > 0) and np.all(np.asarray(l2) >= np.asarray(bw)))
-
-
-def _terms_without_l2(op, ex: Exec) -> tuple:
-    c, m = _compute_term(op, ex), np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s
-    if op.kind == "matrix":
-        c, m = gemm_overlap(c, m)
-    return (c, m, None, np.asarray(op.comm_s, dtype=float))
 
 
 def _op_time(op, ex: Exec, l2_not_slower=None):
@@ -161,10 +44,10 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
         # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
         # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
         # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
-        a, b, _c, d = _terms_without_l2(op, ex)
-        fast = _max_argmax((a, b, _ZERO, d), first_is_new=True)
+        a, b, _c, d = op_terms(op, ex, with_l2=False)
+        fast = max_argmax((a, b, _ZERO, d), first_is_new=True)
     else:
-        fast = _max_argmax(op_terms(op, ex), first_is_new=True)
+        fast = max_argmax(op_terms(op, ex), first_is_new=True)
     if fast is not None:
         return fast
     stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten
@@ -203,7 +86,7 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     vals = (op.f1, op.h0, op.h1, op.l2_bytes, op.comm_s, op.dequant_flops)
     if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in vals):
         return None
-    peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
+    peak = unit_flops_per_s(op, ex)
     peak_v, bw, l2bw = ex.vector_flops_per_s, ex.hbm_bytes_per_s, ex.hw.l2_bandwidth_bytes_per_s
     if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in (peak, peak_v, bw, l2bw)) or \
             not (peak > 0.0 and bw > 0.0 and l2bw > 0.0 and peak_v > 0.0):
@@ -213,7 +96,7 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     for i in (lo, hi):
         x = float(op.x.flat[i])
         h = h0 + h1 * x
-        terms = (f1 * x / peak + dq / peak_v, h / bw, (h + l2) / l2bw, cm)
+        terms = (compute_term_s(f1 * x, dq, peak, peak_v), memory_term_s(h, bw), l2_term_s(h, l2, l2bw), cm)
         if not all(t >= 0.0 and t < math.inf for t in terms):
             return None
         best = max(range(4), key=terms.__getitem__)
@@ -224,21 +107,21 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     if op.kind == "matrix":
         if k > 1:
             return None                   # an L2- or link-bound GEMM: the plain path
-        # roofline.gemm_overlap: the binding term becomes sqrt(c·c + m·m), the larger of c and m is
+        # roofline.gemm_overlap: the binding term becomes gemm_time_s(c, m), the larger of c and m is
         # term k everywhere (the margin above), so that is the time and k the bound; in place (both
         # are new arrays: quotients), the same operations as the reference
-        c = np.asarray(_compute_term(op, ex), dtype=float)
-        m = np.asarray(op.hbm_bytes, dtype=float) / bw
+        c = np.asarray(compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops), peak, peak_v),
+                       dtype=float)
+        m = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
         if c.shape != op.x.shape or m.shape != op.x.shape:
             return None
-        t = np.sqrt(np.add(np.multiply(c, c, out=c), np.multiply(m, m, out=m), out=c), out=c)
-        return t, np.intp(k)
+        return gemm_time_s(c, m, out=c), np.intp(k)
     if k == 0:
-        t = _compute_term(op, ex)
+        t = compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops), peak, peak_v)
     elif k == 1:
-        t = np.asarray(op.hbm_bytes, dtype=float) / bw
+        t = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
     elif k == 2:
-        t = (np.asarray(op.hbm_bytes, dtype=float) + op.l2_bytes) / l2bw
+        t = l2_term_s(np.asarray(op.hbm_bytes, dtype=float), op.l2_bytes, l2bw)
     else:
         t = np.asarray(op.comm_s, dtype=float)
     t = np.asarray(t, dtype=float)
@@ -261,7 +144,7 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     if fast is not None:
         return fast
     names = ("compute", "memory", "l2", "interconnect")
-    record = _RECORD_OPS.get()
+    record = RECORD_OPS.get()
     acc = [None, None, None, None]          # None: still the initial 0.0
     own = [False, False, False, False]
     work = []                               # the operators, their work summed on demand
@@ -290,7 +173,7 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
             lo, hi = int(idx.min()), int(idx.max())
         for i in range(lo, hi + 1):
             if lo == hi:
-                acc[i], own[i] = _add(acc[i], own[i], tc)
+                acc[i], own[i] = add_into(acc[i], own[i], tc)
                 continue
             mask = idx == i
             if not mask.any():
@@ -308,7 +191,7 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
             f = np.asarray(op.flops, dtype=float)
             h = np.asarray(op.hbm_bytes, dtype=float)
             rows[j] = (op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
-                       _OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))])
+                       OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))])
     kernels = kernel_count(shape, ex)
     gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
     device_s = 0
@@ -318,8 +201,8 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
             if np.ndim(device_s) == 0 and not d_own:
                 device_s = device_s + 0.0
             continue
-        device_s, d_own = _add(device_s, d_own, a) if d_own else (device_s + a, True)
-    device_s, d_own = _add(device_s, d_own, kernels * gap) if d_own else (device_s + kernels * gap, True)
+        device_s, d_own = add_into(device_s, d_own, a) if d_own else (device_s + a, True)
+    device_s, d_own = add_into(device_s, d_own, kernels * gap) if d_own else (device_s + kernels * gap, True)
     host_s = kernels * ex.rt.host_per_kernel_s
     launch = 0.0 + kernels * gap
     if np.ndim(host_s) == 0 and type(device_s) is np.ndarray and device_s.ndim and \
@@ -332,12 +215,12 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
         wait = host_s - device_s
         wait = np.maximum(wait, 0.0, out=wait) if isinstance(wait, np.ndarray) and wait.ndim else np.maximum(wait, 0.0)
         launch = launch + wait
-        time, _ = _add(device_s, d_own, wait)
+        time, _ = add_into(device_s, d_own, wait)
     shp = np.shape(time)
-    by = {b: _bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
-    by["launch"] = _bcast(launch, shp)
+    by = {b: bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
+    by["launch"] = bcast(launch, shp)
     by = {b: by[b] for b in BOUNDS}
-    return _DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.tp, shp))
+    return DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.tp, shp))
 
 
 def _work_totals(work, tp, shp):
@@ -346,11 +229,11 @@ def _work_totals(work, tp, shp):
     f_own = h_own = False
     for op in work:
         f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
-        flops, f_own = _add(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
+        flops, f_own = add_into(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
-        hbm, h_own = _add(hbm, h_own, h * cnt) if h_own else (hbm + h * cnt, True)
-    return _times(flops, f_own, tp, shp), _times(hbm, h_own, tp, shp)
+        hbm, h_own = add_into(hbm, h_own, h * cnt) if h_own else (hbm + h * cnt, True)
+    return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
 
 
 def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
@@ -361,7 +244,8 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
         ex.hw.l2_bandwidth_bytes_per_s
     if np.ndim(peak_m) or np.ndim(peak_v) or np.ndim(bw) or np.ndim(l2bw) or not (peak_m and peak_v and bw and l2bw):
         return None         # array-valued rates (e.g. runtime efficiencies swept by calibrate.py): array path
-    record = _RECORD_OPS.get()
+    peak_m, peak_v, bw, l2bw = float(peak_m), float(peak_v), float(bw), float(l2bw)
+    record = RECORD_OPS.get()
     acc = [0.0, 0.0, 0.0, 0.0]
     flops = hbm = 0.0
     rows = [None] * len(ops) if record else []
@@ -384,18 +268,13 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
             if getattr(fl, "ndim", 0) or getattr(hb, "ndim", 0) or getattr(l2, "ndim", 0) or getattr(cm, "ndim", 0):
                 return None
             f, h = float(fl), float(hb)
-        c = f / (peak_v if op.kind == "vector" else peak_m)
         dq = op.dequant_flops
         if not (type(dq) is float and dq == 0.0):
             if getattr(dq, "ndim", 0):
                 return None
-            c = c + float(dq) / peak_v
-        mem = h / bw
-        if op.kind == "matrix":
-            if not (c >= 0.0 and mem >= 0.0):
-                return None               # NaN or negative: the array path
-            c, mem = gemm_overlap(float(c), float(mem))
-        terms = (c, mem, (h + float(l2)) / l2bw, float(cm))
+            dq = float(dq)
+        terms = roofline_terms(op.kind, f, h, float(l2), float(cm), dq, peak_v if op.kind == "vector" else peak_m,
+                               peak_v, bw, l2bw)
         for x in terms:
             if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
                 return None
@@ -408,7 +287,7 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
         hbm = hbm + (h + 0.0) * cnt
         if record:
             rows[j] = (op.name, np.float64(f * cnt * ex.tp), np.float64(h * cnt * ex.tp), np.float64(tc),
-                         _OP_BOUND_NAMES[i])
+                         OP_BOUND_NAMES[i])
     kernels = kernel_count(shape, ex)
     if getattr(kernels, "ndim", 0):
         return None
@@ -425,20 +304,3 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
     return Cost(np.asarray(time), np.asarray(flops * ex.tp), np.asarray(hbm * ex.tp), by, rows)
 
 
-def _add(acc, owned: bool, x):
-    """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
-    if acc is None:
-        return 0.0 + x, True
-    if owned and type(acc) is np.ndarray and acc.ndim:
-        xs, sh = np.shape(x), acc.shape
-        if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
-            return np.add(acc, x, out=acc), True
-    return acc + x, True
-
-
-def _times(a, owned: bool, k, shp):
-    """np.broadcast_to(a * k, shp).astype(float), without copies when ``a`` is already ours."""
-    a = a * k if k != 1 else a
-    if owned and np.shape(a) == shp and isinstance(a, (np.ndarray, np.float64)) and a.dtype == np.float64:
-        return a
-    return np.broadcast_to(a, shp).astype(float)

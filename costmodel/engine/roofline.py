@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.fast.arrays import add, bcast, compact, max_argmax, multiply
 from costmodel.engine.ops import Exec, PassShape, kernel_count, layer_ops
 
 BOUNDS = ("compute", "memory", "l2", "interconnect", "launch")
@@ -43,21 +44,21 @@ class Cost:
 
     def __add__(self, other: "Cost") -> "Cost":
         if "_work" in self.__dict__ or "_work" in other.__dict__:     # keep the work totals deferred
-            return _DeferredWork(_sum(self.time_s, other.time_s),
-                                 lambda: {b: _sum(self.by_bound[b], other.by_bound[b]) for b in BOUNDS},
+            return DeferredWork(add(self.time_s, other.time_s),
+                                 lambda: {b: add(self.by_bound[b], other.by_bound[b]) for b in BOUNDS},
                                  self.ops + other.ops,
-                                 lambda: (_sum(self.flops, other.flops), _sum(self.hbm_bytes, other.hbm_bytes)))
-        return Cost(_sum(self.time_s, other.time_s), _sum(self.flops, other.flops),
-                    _sum(self.hbm_bytes, other.hbm_bytes),
-                    {b: _sum(self.by_bound[b], other.by_bound[b]) for b in BOUNDS}, self.ops + other.ops)
+                                 lambda: (add(self.flops, other.flops), add(self.hbm_bytes, other.hbm_bytes)))
+        return Cost(add(self.time_s, other.time_s), add(self.flops, other.flops),
+                    add(self.hbm_bytes, other.hbm_bytes),
+                    {b: add(self.by_bound[b], other.by_bound[b]) for b in BOUNDS}, self.ops + other.ops)
 
     def scale(self, k) -> "Cost":
         """k sequential repetitions (k may be an array)."""
         k = np.asarray(k, dtype=float)
         if "_work" in self.__dict__:
-            return _DeferredWork(_prod(self.time_s, k), lambda: {b: _prod(v, k) for b, v in self.by_bound.items()},
+            return DeferredWork(multiply(self.time_s, k), lambda: {b: multiply(v, k) for b, v in self.by_bound.items()},
                                  [(n, f * k, h * k, t * k, b) for n, f, h, t, b in self.ops],
-                                 lambda: (_prod(self.flops, k), _prod(self.hbm_bytes, k)))
+                                 lambda: (multiply(self.flops, k), multiply(self.hbm_bytes, k)))
         return Cost(self.time_s * k, self.flops * k, self.hbm_bytes * k,
                     {b: v * k for b, v in self.by_bound.items()},
                     [(n, f * k, h * k, t * k, b) for n, f, h, t, b in self.ops])
@@ -69,21 +70,20 @@ class Cost:
 
     def bound(self) -> np.ndarray:
         """Name of the resource with the most attributed time, per element."""
-        return _BOUND_NAMES[self.bound_index()]
+        return BOUND_NAMES[self.bound_index()]
 
     def bound_index(self) -> np.ndarray:
         """Index into :data:`BOUNDS` of the resource with the most attributed time (the first on a
         tie), per element: int8, shaped like ``time_s`` (possibly a broadcast view)."""
         shape = np.shape(self.time_s)
-        from costmodel.engine.pass_cost import _bcast, _compact, _max_argmax
-        fast = _max_argmax([_compact(_bcast(self.by_bound[b], shape)) for b in BOUNDS])
+        fast = max_argmax([compact(bcast(self.by_bound[b], shape)) for b in BOUNDS])
         if fast is not None:
             return np.broadcast_to(np.asarray(fast[1], dtype=np.int8), shape)
         stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])
         return np.argmax(stack, axis=0).astype(np.int8)
 
 
-class _DeferredWork(Cost):
+class DeferredWork(Cost):
     """A Cost whose work totals (``flops``, ``hbm_bytes``) are summed when first read, with the
     same operations in the same order as eagerly: a prefill pass's totals, for one, are never read
     by evaluate(), and on large arrays they are a tenth of the pass's arithmetic. ``by_bound`` may
@@ -110,10 +110,10 @@ class _DeferredWork(Cost):
         return self.__dict__[name]
 
 
-_BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
-_OP_BOUND_NAMES = np.asarray(("compute", "memory", "l2", "interconnect"), dtype=object)
+BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
+OP_BOUND_NAMES = np.asarray(("compute", "memory", "l2", "interconnect"), dtype=object)
 #: whether pass_cost keeps the per-operator rows (Cost.ops); see operator_rows()
-_RECORD_OPS = contextvars.ContextVar("costmodel_record_operator_rows", default=True)
+RECORD_OPS = contextvars.ContextVar("costmodel_record_operator_rows", default=True)
 
 
 @contextlib.contextmanager
@@ -121,11 +121,11 @@ def operator_rows(enabled: bool):
     """Within the block, pass_cost keeps (True, the default) or skips (False) the per-operator
     breakdown ``Cost.ops`` (used by ``evaluate(details=True)`` and plots). Skipping changes no other
     value; ``costmodel.sweep`` skips it."""
-    token = _RECORD_OPS.set(bool(enabled))
+    token = RECORD_OPS.set(bool(enabled))
     try:
         yield
     finally:
-        _RECORD_OPS.reset(token)
+        RECORD_OPS.reset(token)
 
 
 def op_time(op, ex: Exec):
@@ -143,53 +143,81 @@ def op_time(op, ex: Exec):
 GEMM_OVERLAP_P = 2.0
 
 
+def gemm_time_s(c, m, out=None):
+    """Time of a GEMM with compute term ``c`` and memory term ``m``: √(c² + m²) (the p-norm roofline,
+    p = :data:`GEMM_OVERLAP_P`), computed as sqrt(c·c + m·m) — correctly rounded IEEE operations,
+    so Python floats and numpy arrays give the same bits. ``out``: write into ``c``'s array (which
+    is then overwritten) instead of allocating."""
+    if type(c) is float and type(m) is float:
+        return math.sqrt(c * c + m * m)
+    if out is None:
+        return np.sqrt(c * c + m * m)
+    return np.sqrt(np.add(np.multiply(c, c, out=c), np.multiply(m, m, out=m), out=c), out=c)
+
+
 def gemm_overlap(c, m):
-    """(compute, memory) terms of a matrix operator with the binding one raised to √(c² + m²)
-    (:data:`GEMM_OVERLAP_P` = 2): the time of a GEMM is √(c² + m²), still attributed to the larger
-    term. Computed as sqrt(c·c + m·m) (correctly rounded IEEE operations, so Python floats and
-    numpy arrays give the same bits)."""
+    """(compute, memory) terms of a matrix operator with the binding one raised to
+    :func:`gemm_time_s` = √(c² + m²): the time of a GEMM, still attributed to the larger term."""
     if type(c) is float and type(m) is float:          # the scalar path (Python floats)
-        h = math.sqrt(c * c + m * m)
+        h = gemm_time_s(c, m)
         return (h, m) if c >= m else (c, h)
     c, m = np.asarray(c, dtype=float), np.asarray(m, dtype=float)
-    h = np.sqrt(c * c + m * m)
+    h = gemm_time_s(c, m)
     ge = c >= m
     return np.where(ge, h, c), np.where(ge, m, h)
 
 
-def _compute_term(op, ex: Exec):
-    """FLOPs / achievable rate of the operator's unit, plus (only when the operator has any) its
-    dequantisation FLOPs / the vector rate: the same kernel issues both, so they add."""
-    peak = ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
-    c = np.asarray(op.flops, dtype=float) / peak
-    dq = op.dequant_flops
-    if type(dq) is float and dq == 0.0:
+def compute_term_s(flops, dequant_flops, unit_flops_per_s, vector_flops_per_s):
+    """Compute term: FLOPs / the achievable rate of the operator's unit, plus (only when there are
+    any) the dequantisation FLOPs of a weight-only quantised GEMM / the vector rate — the same
+    kernel issues both, so they add."""
+    c = flops / unit_flops_per_s
+    if type(dequant_flops) is float and dequant_flops == 0.0:
         return c
-    return c + np.asarray(dq, dtype=float) / ex.vector_flops_per_s
+    return c + dequant_flops / vector_flops_per_s
 
 
-def op_terms(op, ex: Exec) -> tuple:
-    """The roofline terms of one operator instance, in bound order (compute, memory, l2,
-    interconnect): seconds at each resource's achievable rate. The compute term is FLOPs at the
-    operator's unit plus, for weight-only quantised GEMMs, the dequantisation FLOPs at the vector
-    rate (``Op.dequant_flops``). (``_pass_cost_scalar`` repeats these formulas on Python floats:
-    keep the two in step.)"""
-    c, m = _compute_term(op, ex), np.asarray(op.hbm_bytes, dtype=float) / ex.hbm_bytes_per_s
-    if op.kind == "matrix":
+def memory_term_s(hbm_bytes, hbm_bytes_per_s):
+    """Memory term: HBM bytes / achievable HBM bandwidth."""
+    return hbm_bytes / hbm_bytes_per_s
+
+
+def l2_term_s(hbm_bytes, l2_bytes, l2_bytes_per_s):
+    """L2 term: every byte an SM reads crosses the L2, whether it came from HBM or was already
+    there: (HBM bytes + L2 re-reads) / L2 bandwidth."""
+    return (hbm_bytes + l2_bytes) / l2_bytes_per_s
+
+
+def unit_flops_per_s(op, ex: Exec):
+    """Achievable FLOP/s of the unit an operator runs on: the vector rate for elementwise and
+    reduction kernels, the matrix (tensor-core) rate for the rest."""
+    return ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
+
+
+def roofline_terms(kind, flops, hbm_bytes, l2_bytes, comm_s, dequant_flops, unit_rate, vector_rate, hbm_rate,
+                   l2_rate) -> tuple:
+    """The four roofline terms (compute, memory, l2, interconnect) of one operator, in seconds, with
+    the GEMM overlap rule applied to a matrix operator. The one statement of an operator's terms:
+    :func:`op_terms` (arrays) and the scalar pass (Python floats) both call it."""
+    c, m = compute_term_s(flops, dequant_flops, unit_rate, vector_rate), memory_term_s(hbm_bytes, hbm_rate)
+    if kind == "matrix":
         c, m = gemm_overlap(c, m)
-    return (c, m,
-            (np.asarray(op.hbm_bytes, dtype=float) + op.l2_bytes) / ex.hw.l2_bandwidth_bytes_per_s,
-            np.asarray(op.comm_s, dtype=float))
+    return c, m, (None if l2_rate is None else l2_term_s(hbm_bytes, l2_bytes, l2_rate)), comm_s
 
 
-def pass_cost(shape: PassShape, ex: Exec) -> Cost:
-    """Cost of one forward pass of ``shape`` on ``ex`` (module docstring).
+def op_terms(op, ex: Exec, with_l2: bool = True) -> tuple:
+    """The roofline terms of one operator instance, in bound order (compute, memory, l2,
+    interconnect): :func:`roofline_terms` on the operator's arrays. ``with_l2=False`` leaves the
+    l2 term out (None), for a caller that knows it cannot bind."""
+    return roofline_terms(op.kind, np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float),
+                          op.l2_bytes, np.asarray(op.comm_s, dtype=float), as_dequant(op.dequant_flops),
+                          unit_flops_per_s(op, ex), ex.vector_flops_per_s, ex.hbm_bytes_per_s,
+                          ex.hw.l2_bandwidth_bytes_per_s if with_l2 else None)
 
-    :func:`reference_pass_cost` is the specification, written one array operation at a time;
-    this runs :mod:`costmodel.engine.pass_cost`, the same floating-point operations in the same
-    order with fewer array passes (bit-identical: tests/test_sweep.py checks it)."""
-    from costmodel.engine import pass_cost as _roofline_fast
-    return _roofline_fast.pass_cost(shape, ex)
+
+def as_dequant(dq):
+    """The dequantisation FLOPs as an array, or the float 0.0 that marks 'none'."""
+    return dq if type(dq) is float and dq == 0.0 else np.asarray(dq, dtype=float)
 
 
 def summation_order(ops) -> list:
@@ -242,8 +270,8 @@ def overhead_cost(seconds, shape=()) -> Cost:
     """A fixed host overhead (per-step bookkeeping), attributed to 'launch'."""
     c = Cost.zero(shape)
     s = np.broadcast_to(np.asarray(seconds, dtype=float), np.shape(c.time_s) if shape else np.shape(seconds))
-    c.time_s = _sum(c.time_s, s)
-    c.by_bound = dict(c.by_bound, launch=_sum(c.by_bound["launch"], s))
+    c.time_s = add(c.time_s, s)
+    c.by_bound = dict(c.by_bound, launch=add(c.by_bound["launch"], s))
     return c
 
 
@@ -253,7 +281,3 @@ def comm_cost(seconds) -> Cost:
     z = np.zeros_like(s)
     return Cost(s, z, z, {b: (s if b == "interconnect" else z) for b in BOUNDS}, [])
 
-
-# a + b and a * b with the same elements and fewer full-size passes (broadcast operands); imported
-# last because _roofline_fast imports this module
-from costmodel.engine.pass_cost import _prod, _sum  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.engine.roofline import pass_cost
+from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
     with_step_overhead
 

@@ -9,7 +9,8 @@ import numpy as np
 from costmodel.engine import memory
 from costmodel.engine.ops import Exec, PassShape
 from costmodel.inputs.record import Record
-from costmodel.engine.roofline import Cost, overhead_cost, pass_cost
+from costmodel.engine.roofline import Cost, overhead_cost
+from costmodel.engine.pass_cost import pass_cost
 
 
 @dataclass

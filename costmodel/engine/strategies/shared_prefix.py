@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.engine.ops import PassShape
-from costmodel.engine.roofline import pass_cost
+from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, prefill_memory_pass, target_memory, with_step_overhead
 
 

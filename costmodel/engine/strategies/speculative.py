@@ -19,7 +19,8 @@ import numpy as np
 from costmodel.engine import acceptance
 from costmodel.engine import memory
 from costmodel.engine.parallel import draft_link, transfer_time_s
-from costmodel.engine.roofline import Cost, comm_cost, pass_cost
+from costmodel.engine.roofline import Cost, comm_cost
+from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
     with_step_overhead
 

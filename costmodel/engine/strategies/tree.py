@@ -25,7 +25,8 @@ from costmodel.engine import acceptance
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
 from costmodel.engine.ops import Exec, Op, PassShape
-from costmodel.engine.roofline import Cost, pass_cost
+from costmodel.engine.roofline import Cost
+from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
 from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_memory_pass, prefill_cost, target_memory, with_step_overhead
 from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine

@@ -1,0 +1,144 @@
+"""Array arithmetic with fewer full-size passes, for the engine's cost sums (no physics here).
+
+Every function returns the same elements, bit for bit, as the plain numpy expression it names
+(``a + b``, ``np.stack(terms).max(0)`` ...); it only avoids materialising broadcast operands,
+adding +0.0, or stacking. The engine's pass evaluator (:mod:`costmodel.engine.pass_cost`) and
+:class:`costmodel.engine.roofline.Cost` use them; tests/test_sweep.py checks the results against
+the plain reference pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_INF_BITS = int(np.array(np.inf).view(np.uint64))
+
+
+def bcast(a, shape):
+    """np.broadcast_to(np.asarray(a, dtype=float), shape), skipped when ``a`` has that shape."""
+    a = np.asarray(a, dtype=float)
+    return a if a.shape == shape else np.broadcast_to(a, shape)
+
+
+def add(a, b):
+    """a + b for Cost arithmetic (see _binary)."""
+    return _binary(np.add, a, b)
+
+
+def multiply(a, b):
+    """a * b for Cost arithmetic (see _binary)."""
+    return _binary(np.multiply, a, b)
+
+
+def _binary(ufunc, a, b):
+    """ufunc(a, b) with the same elements, fewer full-size passes:
+
+    * an operand that is a broadcast view (zero strides, e.g. a bound with no time) is used in
+      its compact form and the result broadcast back: every element is one of the compact results;
+    * a + (+0.0 everywhere) is ``a`` itself when ``a`` holds no -0.0 and no NaN (x + +0.0 == x
+      bit for bit for every other x), checked in one read of ``a``. (The result may then be an
+      operand itself: Cost arrays are never written in place once a pass has returned them.)"""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or not (a.ndim or b.ndim):
+        return ufunc(a, b)           # scalars (a single evaluate()): nothing to save
+    ca, cb = compact(a), compact(b)
+    if ufunc is np.add:
+        for x, cz in ((a, cb), (b, ca)):
+            if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and _is_pos_zero(cz) \
+                    and x.shape == np.broadcast_shapes(a.shape, b.shape) and nonneg(x):
+                return x
+    if ca is a and cb is b:
+        return ufunc(a, b)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    r = ufunc(ca, cb)
+    return r if r.shape == shape else np.broadcast_to(r, shape)
+
+
+def _is_pos_zero(c: np.ndarray) -> bool:
+    x = float(c.reshape(-1)[0])
+    return x == 0.0 and math.copysign(1.0, x) > 0.0
+
+
+def compact(a: np.ndarray) -> np.ndarray:
+    """A broadcast view (zero strides) as the smallest view that broadcasts back to it."""
+    if a.ndim == 0 or 0 not in a.strides or a.size == 0:
+        return a
+    return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+
+
+def max_argmax(terms, first_is_new: bool = False):
+    """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
+    of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
+    that broadcasts to the max's. None (the caller takes the reference path) when the running
+    maximum holds a NaN, a negative number or -0.0 where it matters. For such terms the first
+    maximum is the last term that is strictly greater than the running maximum, and a +0.0 term
+    can be skipped (it is never above a running maximum >= +0.0, and max(m, +0.0) = m)."""
+    if not any(t.ndim for t in terms):
+        fl = [float(t) for t in terms]
+        for x in fl:
+            if not x > 0.0 and (x != 0.0 or math.copysign(1.0, x) < 0.0):
+                return None           # NaN, negative or -0.0: the reference path
+        m = max(fl)
+        return np.float64(m), np.intp(fl.index(m))
+    m, idx, checked = terms[0], None, None
+    m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
+    low = None                                          # (m, min of m) once computed
+    for i in range(1, len(terms)):
+        t = terms[i]
+        if t.ndim == 0 and float(t) == 0.0 and math.copysign(1.0, float(t)) > 0.0:
+            if checked is not m:
+                if not nonneg(m):
+                    return None
+                checked = m
+            continue
+        if 8 * t.size <= m.size:
+            # a small term (a constant launch time, say) that nowhere exceeds the running maximum
+            # changes neither the maximum (np.maximum keeps m where t <= m) nor the index (t > m is
+            # false everywhere): two reductions instead of three full passes. A NaN fails the test.
+            if low is None or low[0] is not m:
+                low = (m, float(np.min(m)))
+            if float(np.max(t)) <= low[1]:
+                continue
+        gt = t > m
+        if m_new and m.ndim and gt.shape == m.shape:
+            m = np.maximum(m, t, out=m)
+        else:
+            m, m_new = np.maximum(m, t), True
+        step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
+        idx = step if idx is None else np.maximum(idx, step)
+    if checked is not m and not nonneg(m):
+        return None
+    if idx is None:
+        idx = np.zeros(np.shape(m), dtype=np.int8)
+    return m, idx
+
+
+def nonneg(a: np.ndarray) -> bool:
+    """Every element is +0.0 .. +inf (no negative number, no -0.0, no NaN): read as uint64 the bit
+    pattern is at most +inf's (a set sign bit or a NaN reads larger)."""
+    if a.ndim == 0:
+        x = float(a)
+        return x >= 0.0 and math.copysign(1.0, x) > 0
+    if a.dtype != np.float64:
+        return False
+    return bool(a.view(np.uint64).max() <= _INF_BITS)
+
+
+def add_into(acc, owned: bool, x):
+    """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
+    if acc is None:
+        return 0.0 + x, True
+    if owned and type(acc) is np.ndarray and acc.ndim:
+        xs, sh = np.shape(x), acc.shape
+        if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
+            return np.add(acc, x, out=acc), True
+    return acc + x, True
+
+
+def times_broadcast(a, owned: bool, k, shp):
+    """np.broadcast_to(a * k, shp).astype(float), without copies when ``a`` is already ours."""
+    a = a * k if k != 1 else a
+    if owned and np.shape(a) == shp and isinstance(a, (np.ndarray, np.float64)) and a.dtype == np.float64:
+        return a
+    return np.broadcast_to(a, shp).astype(float)
