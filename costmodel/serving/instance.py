@@ -103,7 +103,7 @@ class Instance:
         if remaining <= 1e-9:
             self._complete(rid)
             return
-        tau = float(sim.tau_of(rid, self.gc))
+        tau = sim.tau_of(rid, self.gc)
         cached = sim.cached[rid]
         self.dec[rid] = [context, self.S, tau, remaining, cached, done]
         self.A += context - self.S * tau
@@ -313,9 +313,18 @@ class Instance:
             room = limit * self.bs - (self.A - self.csum + n * (gc.slots + self.bs - 1))
             k_kv = int(room // self.tsum) - self.S
             k = max(1, min(k, k_kv))
+        q_tok = int(round(gc.q_tok))
+        sl0 = self.A + self.S * self.tsum
+        dt = sim.costs.table.time(n * q_tok, int(round(n * gc.q_lm)), n * gc.p0 + gc.p1 * sl0, n * gc.k0 + gc.k1 * sl0) \
+            + gc.extra_s(n, sl0 / n, sim.costs.L_list)
+        if k == 1 or self.clock + dt >= t_limit:         # one step: scalar arithmetic
+            self._account(dt, n)
+            self.clock += dt
+            self.S += 1
+            self._pop_done()
+            return
         j = np.arange(k, dtype=float)
         sl = self.A + (self.S + j) * self.tsum
-        q_tok = int(round(gc.q_tok))
         t = sim.costs.table.times(np.full(k, n * q_tok), np.full(k, int(round(n * gc.q_lm))),
                                   n * gc.p0 + gc.p1 * sl, n * gc.k0 + gc.k1 * sl)
         t = t + gc.extra_s_array(n, sl / n, sim.costs.L_grid)

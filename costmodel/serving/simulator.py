@@ -62,11 +62,10 @@ class Simulation:
         self.transfer_area = 0.0
 
     def tau_of(self, rid: int, gc) -> float:
-        key = (rid, gc.gamma)
-        v = self._tau_cache.get(key)
-        if v is None:
-            v = self._tau_cache[key] = float(gc.tau(self.alpha[rid]))
-        return v
+        taus = self._tau_cache.get(gc.gamma)
+        if taus is None:
+            taus = self._tau_cache[gc.gamma] = gc.tau(self.alpha).tolist()
+        return taus[rid]
 
     def devices(self) -> int:
         """Devices in the deployment: instances × (n_devices + a draft's own device)."""
@@ -86,12 +85,16 @@ class Simulation:
         kv_per_token = self.costs.kv_bytes_total_per_token()
         ex = self.costs.ex
         last = 0.0
+        single = len(self.instances) == 1
         while True:
             t_arr = send[nxt] if nxt < self.n and in_flight < cap else math.inf
             t_hand = handoffs[0][0] if handoffs else math.inf
             t_ext = min(t_arr, t_hand)
-            busy = [i for i in self.instances if i.has_work()]
-            inst = min(busy, key=lambda i: i.clock) if busy else None
+            if single:
+                inst = self.instances[0] if self.instances[0].has_work() else None
+            else:
+                busy = [i for i in self.instances if i.has_work()]
+                inst = min(busy, key=lambda i: i.clock) if busy else None
             if t_ext >= t_end and (inst is None or inst.clock >= t_end):
                 break
             if inst is None and math.isinf(t_ext):
@@ -106,7 +109,7 @@ class Simulation:
                     in_flight += 1
                     self.arrive[rid] = send[rid]
                     group = self.prefill or self.decode
-                    min(group, key=Instance.n_in).add(rid, send[rid])
+                    (group[0] if single else min(group, key=Instance.n_in)).add(rid, send[rid])
                 continue
             inst.run_until(min(t_ext, t_end) if math.isfinite(t_end) else t_ext)
             for kind, rid, t in self.events:
