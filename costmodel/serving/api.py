@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from costmodel.engine.acceptance import alpha_from_tau
-from costmodel.errors import InputError
+from costmodel.errors import InputError, suggest
 from costmodel.inputs.record import FIELD_NAMES, parse_record
 from costmodel.serving.workload import WORKLOAD_FIELDS, Workload, generate, parse_workload
 
@@ -19,6 +19,10 @@ def split_fields(record, workload: dict | None = None):
     data = dict(record) if isinstance(record, dict) else {f: getattr(record, f) for f in FIELD_NAMES}
     data.update(workload or {})
     wdata = {k: data.pop(k) for k in list(data) if k in WORKLOAD_FIELDS and k not in FIELD_NAMES}
+    for k in data:
+        if k not in FIELD_NAMES:
+            raise InputError(f"unknown field{suggest(k, FIELD_NAMES + WORKLOAD_FIELDS)}", field=k,
+                             allowed="record fields (docs/serving.md) and workload fields")
     for k in _SHARED:
         if data.get(k) is not None:
             wdata[k] = data[k]
