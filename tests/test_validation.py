@@ -234,3 +234,27 @@ def test_calibrate_no_rows_are_reported_but_not_fitted(measurements):
     with pytest.raises(InputError) as e:
         parse_measurement(row)
     assert "calibrate" in str(e.value)
+
+
+def test_tokens_per_s_e2e_is_generated_tokens_over_the_whole_run():
+    """tokens_per_s_e2e = batch · gen_len / (ttft + (gen_len − 1) · step / τ): for batch 4 and 64 generated
+    tokens each, 256 tokens over the end-to-end time (prefill included), below the decode-only rate."""
+    from costmodel import evaluate
+    out = evaluate(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=4, prompt_len=512, gen_len=64))
+    e2e = out["ttft_s"] + 63 * out["step_latency_s"]
+    assert out["e2e_latency_s"] == pytest.approx(e2e, rel=1e-12)
+    assert out["tokens_per_s_e2e"] == pytest.approx(256 / e2e, rel=1e-12)
+    assert out["tokens_per_s_e2e"] < out["tokens_per_s"]
+
+
+def test_serving_columns_and_e2e_metric_accepted(tmp_path):
+    p = tmp_path / "serving.csv"
+    p.write_text("id,publication,throughput_definition,metric,value,model,hardware,runtime,batch_size,prompt_len,"
+                 "gen_len,source\n"
+                 "S1,vllm-bench-2024,generated tokens / whole time (prefill included),tokens_per_s_e2e,900,"
+                 "llama-2-7b,a100-80gb,vllm,8,128,128,somewhere\n")
+    from costmodel.calibration.validate import load_measurements, validate
+    ms = load_measurements([p])
+    assert ms[0].metric == "tokens_per_s_e2e" and ms[0].publication == "vllm-bench-2024"
+    r = validate([p])["rows"][0]
+    assert r["predicted"] > 0

@@ -36,7 +36,7 @@ VALIDATION_DIR = Path(__file__).resolve().parents[2] / "validation"
 DEFAULT_FILES = ("measurements.csv",)
 
 #: columns that describe a measurement and are not configuration fields
-EXTRA_META = ("source_group", "calibrate", "method", "framework", "dataset", "derived_from", "baseline_value",
+EXTRA_META = ("source_group", "publication", "throughput_definition", "calibrate", "method", "framework", "dataset", "derived_from", "baseline_value",
               "derived_step_cost_ratio", "temperature", "acc_kind", "gamma_or_tree", "source_url", "date")
 #: alias -> (output key, scale applied to the value); 'invert' flips a 0/1 flag
 METRIC_ALIASES = {
@@ -64,8 +64,11 @@ class Measurement:
     value: float
     record: Record
     runtime: str                     # resolved runtime id
-    group: str                       # source group (rows of one table/publication)
+    group: str                       # source group (rows of one table of one publication)
     source: str = ""
+    #: the publication the row comes from (CSV column ``publication``; blank = its source text, else its
+    #: group): the unit of leave-one-publication-out, since a user's setup is a new publication
+    publication: str = ""
     reliability: str = ""
     notes: str = ""
     #: whether the row may calibrate runtime parameters (CSV column ``calibrate``: yes / no, blank =
@@ -154,7 +157,8 @@ def parse_measurement(row: dict, where: str | None = None) -> Measurement:
     if cal not in ("", "yes", "no", "true", "false"):
         raise InputError(f"calibrate must be yes or no, got {row.get('calibrate')!r}", source=where,
                          field="calibrate", allowed="yes, no (blank = yes)")
-    return Measurement(id=rid, metric=metric, value=value, record=rec, runtime=rt, group=group,
+    pub = str(row.get("publication") or row.get("source") or group).strip()
+    return Measurement(id=rid, metric=metric, value=value, record=rec, runtime=rt, group=group, publication=pub,
                        source=str(row.get("source") or ""), reliability=str(row.get("reliability") or ""),
                        notes=str(row.get("notes") or ""), calibrate=cal not in ("no", "false"), where=where,
                        raw=dict(row))

@@ -8,6 +8,8 @@ generation). Derived outputs:
     tokens_per_s            = sequences · τ / step_latency_s
     time_per_output_token_s = step_latency_s / τ
     e2e_latency_s           = ttft_s + (gen_len − 1) / τ · step_latency_s
+    tokens_per_s_e2e        = sequences · gen_len / e2e_latency_s   (whole-run throughput, prefill included:
+                              TensorRT-LLM gptSessionBenchmark, vLLM benchmark_latency)
     speedup_vs_ar           = tokens_per_s_per_seq / (the same for autoregressive decoding of the same sequences)
 """
 
@@ -34,7 +36,8 @@ NUMERIC_AXES = ("batch_size", "prompt_len", "gen_len", "gamma", "acceptance_rate
 
 OUTPUT_KEYS = ("fits", "step_latency_s", "tokens_per_step", "tokens_per_s_per_seq", "tokens_per_s",
                "time_per_output_token_s", "ttft_s", "e2e_latency_s", "peak_device_memory_bytes", "weights_bytes",
-               "kv_cache_bytes", "flops_per_step", "hbm_bytes_per_step", "bound", "speedup_vs_ar")
+               "kv_cache_bytes", "flops_per_step", "hbm_bytes_per_step", "bound", "speedup_vs_ar",
+               "tokens_per_s_e2e")
 
 
 def build_exec(rec: Record) -> Exec:
@@ -192,6 +195,7 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
         "prefill_bound": _bc(out.prefill.bound_index() if bound_codes else out.prefill.bound(), shape),
         "n_sequences": seqs,
     }
+    res["tokens_per_s_e2e"] = seqs * ctx.G / res["e2e_latency_s"]
     for b, v in step.by_bound.items():
         res[f"time_{b}_s"] = _bc(v, shape)
     for k, v in mem_t.items():
