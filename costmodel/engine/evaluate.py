@@ -45,7 +45,7 @@ def build_exec(rec: Record) -> Exec:
     hw = load_hardware(rec.hardware, rec.power_mode)
     rt = load_runtime(rec.runtime)
     wd = dtypes.check(rec.weight_dtype, "weight_dtype")
-    kd = dtypes.check(rec.kv_dtype or ("fp16" if wd in ("int8", "int4") else wd), "kv_dtype")
+    kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
     if model.n_heads % tp:
@@ -209,6 +209,17 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
     return res
 
 
+def assumption_notes(rec: Record, ex: Exec) -> list:
+    """What the model assumed on the user's behalf, one short sentence each (output ``notes``)."""
+    notes = []
+    hw_id = rec.hardware if isinstance(rec.hardware, str) else ex.hw.id
+    if ex.weight_dtype == "fp8" and ex.compute_dtype != "fp8":
+        notes.append(f"fp8 weights run weight-only on {ex.compute_dtype} tensor cores on {hw_id}")
+    if rec.kv_dtype is None and ex.kv_dtype != ex.weight_dtype:
+        notes.append(f"kv_dtype defaults to the activation dtype: {ex.kv_dtype}")
+    return notes
+
+
 def _scalar(v):
     a = np.asarray(v)
     if a.dtype == object or a.dtype.kind in "US":
@@ -233,6 +244,7 @@ def evaluate(record, *, details: bool = False) -> dict:
     out = {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
     out.update({k: _scalar(v) for k, v in res.items()})
     out["n_devices"] = rec.n_devices
+    out["notes"] = assumption_notes(rec, _execs(rec)[0])
     if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
             rec.draft_model not in ("none", "medusa", "self"):
         out["n_devices_total"] = rec.n_devices + 1
