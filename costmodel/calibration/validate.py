@@ -214,7 +214,8 @@ def predict(m: Measurement, runtimes: dict | None = None):
 def row_result(m: Measurement, predicted) -> dict:
     out = {"id": m.id, "metric": m.metric, "measured": m.value, "predicted": predicted, "rel_error": None,
            "strategy": m.record.strategy, "hardware": m.record.hardware, "runtime": m.runtime,
-           "model": m.record.model, "source_group": m.group}
+           "model": m.record.model, "source_group": m.group, "publication": m.publication,
+           "batch_size": m.record.batch_size}
     if m.categorical:
         out["measured"] = bool(m.value)
         out["agree"] = bool(predicted) == bool(m.value)
@@ -246,6 +247,11 @@ def summarize(results: list[dict]) -> dict:
         s[f"by_{key}"] = {k: stats(v) for k, v in sorted(groups.items())}
     cat = [r for r in results if r["rel_error"] is None]
     s["categorical"] = {"n": len(cat), "agree": sum(bool(r.get("agree")) for r in cat)}
+    from costmodel.analysis.claims import regime
+    by_mr: dict = {}
+    for r in num:
+        by_mr.setdefault(r["metric"], {}).setdefault(regime(r.get("batch_size", 1)), []).append(r["rel_error"])
+    s["by_metric_regime"] = {k: {g: stats(v) for g, v in sorted(d.items())} for k, d in sorted(by_mr.items())}
     timing = [r["rel_error"] for r in num if r["metric"] not in SIZE_METRICS]
     s["timing_only"] = stats(timing)
     return s
