@@ -33,9 +33,9 @@ from costmodel.errors import InputError
 from costmodel.inputs.record import Record, parse_record
 
 VALIDATION_DIR = Path(__file__).resolve().parents[2] / "validation"
-#: the project's measurement files; measurements_serving.csv (serving engines, when present) is included by
-#: default and its rows are reported separately as never seen
-DEFAULT_FILES = ("measurements.csv", "measurements_serving.csv")
+#: the project's measurement files (measurements_serving.csv joins them once every row is expressible:
+#: its rows are then reported separately as never seen)
+DEFAULT_FILES = ("measurements.csv",)
 
 #: columns that describe a measurement and are not configuration fields
 EXTRA_META = ("source_group", "publication", "throughput_definition", "calibrate", "method", "framework", "dataset", "derived_from", "baseline_value",
