@@ -372,6 +372,7 @@ class Limits:
 def hard_limits(rec, out: dict) -> Limits:
     """Physical floors of the claim's configuration (module docstring)."""
     from costmodel.inputs import dtypes
+    from costmodel.engine import memory
     from costmodel.engine.evaluate import build_exec
     ex = build_exec(rec)
     m, hw = ex.model, ex.hw
@@ -389,10 +390,10 @@ def hard_limits(rec, out: dict) -> Limits:
     basis = (f"{(w_read + kv_read) / 1e9:.2f} GB of weights and KV per device at the {bw / 1e9:.0f} GB/s peak"
              if t_bytes >= t_flops else f"{2 * n_act * seqs / 1e12:.2f} TFLOP at the {peak / 1e12:.0f} TFLOP/s peak")
     # memory that must be resident on one device
-    w_dev = ex.weight_bytes_device()
+    w_dev = memory.weights_device_bytes(ex)
     if rec.strategy in ("speculative", "tree") and rec.draft_placement == "same_device":
         w_dev += float(out.get("memory_draft_weights_bytes", 0.0))
-    mem_floor = w_dev + kv_seqs * max(rec.prompt_len, 1) * ex.kv_bytes_per_token_device
+    mem_floor = w_dev + kv_seqs * max(rec.prompt_len, 1) * memory.kv_bytes_per_token_device(ex)
     tau = float(out.get("tokens_per_step", 1.0)) if rec.strategy in ("speculative", "tree") else 1.0
     if rec.strategy == "speculative":
         struct = rec.gamma + 1.0

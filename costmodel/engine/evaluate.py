@@ -21,9 +21,9 @@ from costmodel.inputs import dtypes
 from costmodel.errors import InputError
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
+from costmodel.engine import memory
 from costmodel.engine.ops import Exec
 from costmodel.inputs.record import Record, parse_record
-from costmodel.fast.arrays import add
 from costmodel.inputs.runtime import load_runtime
 from costmodel.engine.strategies import STRATEGY_FUNCS
 from costmodel.engine.strategies.autoregressive import ar_step
@@ -134,25 +134,16 @@ def _bc(a, shape):
     return np.broadcast_to(a, shape)
 
 
-def _sum_all(values):
-    """sum(values) (starting at 0), each addition through _roofline_fast._sum: the same elements,
-    without full-size passes over broadcast operands."""
-    total = np.asarray(0.0)                 # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
-    for v in values:
-        total = add(total, v)
-    return total
-
-
 def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
-    ex = ctx.ex
+    ex, fp = ctx.ex, out.memory
     step = out.step
     lat = step.time_s
     # the broadcast shape of every input array (an output may vary along an axis the step time
     # does not, e.g. tokens per step along acceptance_rate)
     shape = np.broadcast_shapes(np.shape(lat), np.shape(out.tokens_per_step), np.shape(out.n_seqs),
-                                np.shape(ctx.G), np.shape(out.prefill.time_s), np.shape(out.kv_total_bytes),
-                                *(np.shape(v) for v in out.memory.values()),
-                                *(np.shape(v) for v in (out.other_device_memory or {}).values()),
+                                np.shape(ctx.G), np.shape(out.prefill.time_s), np.shape(fp.kv_total_bytes),
+                                *(np.shape(v) for v in fp.device.values()),
+                                *(np.shape(v) for v in (fp.other_device or {}).values()),
                                 *(np.shape(v) for v in out.extras.values() if not isinstance(v, list)))
     if np.shape(lat) != shape:
         lat = _bc(lat, shape)
@@ -162,11 +153,9 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
     tps = _bc(tps_c, shape)
     seqs_c = np.asarray(out.n_seqs, dtype=float)
     seqs = _bc(seqs_c, shape)
-    mem_t = {k: _bc(np.asarray(v, dtype=float), shape) for k, v in out.memory.items()}
-    peak = _sum_all(mem_t.values())
-    if out.other_device_memory:
-        other = sum(_bc(np.asarray(v, dtype=float), shape) for v in out.other_device_memory.values())
-        peak = np.maximum(peak, other)
+    mem_t = {k: _bc(np.asarray(v, dtype=float), shape) for k, v in fp.device.items()}
+    other = fp.other_device and {k: _bc(np.asarray(v, dtype=float), shape) for k, v in fp.other_device.items()}
+    peak = memory.peak_device_bytes(mem_t, other)
     ttft = out.prefill.time_s
     seq_tokens = seqs_c * tps_c          # tokens per step over all sequences (unbroadcast; used thrice)
     res = {
@@ -180,8 +169,8 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
         "e2e_latency_s": ttft + (ctx.G - 1.0) / tps_c * lat,   # G, τ unbroadcast: same values
         "peak_device_memory_bytes": peak,
         "usable_memory_bytes": _bc(ex.hw.usable_bytes, shape),
-        "weights_bytes": _bc(np.asarray(out.weights_total_bytes, dtype=float), shape),
-        "kv_cache_bytes": np.asarray(_bc(out.kv_total_bytes, shape), dtype=float),
+        "weights_bytes": _bc(np.asarray(fp.weights_total_bytes, dtype=float), shape),
+        "kv_cache_bytes": np.asarray(_bc(fp.kv_total_bytes, shape), dtype=float),
         "kv_bytes_per_token": _bc(ex.model.kv_bytes_per_token(ex.kv_elem_bytes), shape),
         "flops_per_step": step.flops,
         "hbm_bytes_per_step": step.hbm_bytes,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.engine import memory
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
-    with_step_overhead
+from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_cost, with_step_overhead
 
 
 def ar_step(ctx: Ctx, B=None, P=None):
@@ -24,9 +24,7 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     P = ctx.P if P is None else np.asarray(P, dtype=float)
     L = P + ctx.G / 2.0
     step = ar_step(ctx, B, P)
-    mem = target_memory(ex, B * (P + ctx.G), [prefill_memory_pass(ctx, B, P),
-                                             (B, B, B * (L + 1))])
+    target = memory.target_breakdown(ex, B * (P + ctx.G), [memory.prefill_footprint(ex, B, P),
+                                                           (B, B, B * (L + 1))])
     return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B,
-                   prefill=prefill_cost(ctx, B, P), memory=mem,
-                   kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp,
-                   weights_total_bytes=ex.weight_bytes_total())
+                   prefill=prefill_cost(ctx, B, P), memory=memory.footprint(ex, target))
