@@ -94,3 +94,15 @@ def test_footprint_peak_is_the_more_loaded_device():
     assert memory.peak_device_bytes(fp.device, fp.other_device) == 100.0 + ex.rt.memory_overhead_bytes
     fp = memory.footprint(ex, target, draft)
     assert memory.peak_device_bytes(fp.device) == 115.0
+
+
+def test_tree_self_draft_keeps_its_kv_on_the_target_device():
+    # a self-draft is the target itself: whatever draft_placement says, its budgeted KV
+    # (32 sequences · min(8,128, 256) tokens · 32 layers · 16,384 B) sits on the target's device
+    kw = dict(BASE, batch_size=32, prompt_len=8000, strategy="tree", draft_model="self", draft_kv_budget=256,
+              tree_nodes=8, acceptance_rate=0.7)
+    for placement in ("same_device", "separate_device"):
+        r = evaluate(dict(kw, draft_placement=placement))
+        assert r["memory_draft_kv_bytes"] == 32 * 256 * 32 * 16_384 == 4_294_967_296
+        parts = sum(v for k, v in r.items() if k.startswith("memory_") and k.endswith("_bytes"))
+        assert r["peak_device_memory_bytes"] == parts
