@@ -26,8 +26,9 @@ from costmodel.engine.ops import Exec
 from costmodel.inputs.record import Record, parse_record
 from costmodel.inputs.runtime import load_runtime
 from costmodel.engine.strategies import STRATEGY_FUNCS
-from costmodel.engine.strategies.autoregressive import ar_step
-from costmodel.engine.strategies.common import Ctx
+from costmodel.engine.roofline import operator_rows
+from costmodel.engine.strategies.autoregressive import ar_decode_pass, ar_step
+from costmodel.engine.strategies.common import Ctx, Pass
 
 NUMERIC_AXES = ("batch_size", "prompt_len", "gen_len", "gamma", "acceptance_rate", "mean_accepted_tokens",
                 "draft_kv_budget", "n_branches", "shared_prefix_len")
@@ -104,23 +105,52 @@ def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
                n_branches=get("n_branches"), shared_prefix_len=get("shared_prefix_len"))
 
 
+def _outcome(rec: Record, arrays: dict | None = None):
+    """(Ctx, Outcome) of the record's strategy."""
+    ex, draft = _execs(rec)
+    ctx = make_ctx(rec, ex, arrays)
+    func = STRATEGY_FUNCS[rec.strategy]
+    return ctx, (func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft))
+
+
+def baseline_batch(ctx: Ctx):
+    """Sequences of the autoregressive baseline: the B·n branches of a shared-prefix record decoded
+    independently, else the record's batch."""
+    return ctx.B * ctx.n_branches if ctx.rec.strategy == "shared_prefix" else ctx.B
+
+
+def evaluate_passes(record) -> dict:
+    """The passes :func:`evaluate` priced for ``record`` (mapping or :class:`Record`), by name, each a
+    :class:`~costmodel.engine.strategies.common.Pass` (Cost with per-operator rows, and the Exec that
+    ran it): ``prefill`` (the target's prompt processing, chunked as the runtime chunks it, per-step
+    overhead included), ``draft_prefill`` (a draft model's), ``decode`` (the one pass of an
+    autoregressive or shared-prefix step), ``draft`` (all draft passes of one step: γ chain passes, or
+    one per tree level), ``verify``, and ``ar_decode`` (the autoregressive baseline's pass behind
+    ``speedup_vs_ar``). Step overheads and draft-link transfers are not passes."""
+    rec = record if isinstance(record, Record) else parse_record(record)
+    with operator_rows(True):
+        ctx, out = _outcome(rec)
+        passes = dict(out.passes)
+        if rec.strategy != "autoregressive":
+            passes["ar_decode"] = Pass(ar_decode_pass(ctx, B=baseline_batch(ctx)), ctx.ex)
+        else:
+            passes["ar_decode"] = passes["decode"]
+    return passes
+
+
 def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool = True,
                     bound_codes: bool = False) -> dict:
     """Vectorised core: ``rec`` fixes the model, hardware and strategy; ``arrays`` maps any of
     NUMERIC_AXES to numpy arrays that broadcast together. Returns a dict of arrays. With
     ``bound_codes`` the ``bound`` and ``prefill_bound`` arrays hold int8 indices into
     ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column)."""
-    ex, draft = _execs(rec)
-    ctx = make_ctx(rec, ex, arrays)
-    func = STRATEGY_FUNCS[rec.strategy]
-    out = func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft)
+    ctx, out = _outcome(rec, arrays)
     res = finalize(ctx, out, bound_codes)
     if rec.strategy == "autoregressive":
         res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
     elif with_baseline:
-        B = ctx.B * ctx.n_branches if rec.strategy == "shared_prefix" else ctx.B
         # only the baseline's step is needed: tokens_per_s_per_seq of AR decoding is 1 / step time
-        base_lat = ar_step(ctx, B=B).time_s
+        base_lat = ar_step(ctx, B=baseline_batch(ctx)).time_s
         shape = np.broadcast_shapes(np.shape(base_lat), np.shape(res["step_latency_s"]))
         res["speedup_vs_ar"] = res["tokens_per_s_per_seq"] / (1.0 / base_lat)
         res["ar_step_latency_s"] = np.broadcast_to(base_lat, shape)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,14 @@ class Ctx:
         return self.P + self.G
 
 
+class Pass(NamedTuple):
+    """One named pass (or the passes of one phase) as a strategy priced it: its Cost (time per
+    device, work summed over the group, per-operator rows) and the Exec that ran it (model, devices)."""
+
+    cost: Cost
+    ex: Exec
+
+
 @dataclass
 class Outcome:
     step: Cost                      # one decoding step (all its passes), per-step overhead included
@@ -48,6 +57,8 @@ class Outcome:
     prefill: Cost
     memory: Footprint               # per-device breakdown and totals (costmodel.engine.memory)
     extras: dict = field(default_factory=dict)
+    #: the passes priced, by name: 'prefill', 'draft_prefill', 'decode', 'draft', 'verify' (Pass)
+    passes: dict = field(default_factory=dict)
 
 
 def decode_shape(B, q, L, extra_ops=None) -> PassShape:

@@ -21,7 +21,7 @@ from costmodel.engine import memory
 from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_cost, prefill_shape, \
+from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, prefill_shape, \
     with_step_overhead
 
 
@@ -152,9 +152,24 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     own = separate(ctx)
     fp = memory.footprint(ex, target, draft_memory(ctx, draft, d_kv_tokens), separate=own,
                           draft_activations=memory.activation_bytes(draft, B, B) if own else None)
-    return Outcome(step=step, tokens_per_step=tps, n_seqs=B,
-                   prefill=prefill_cost(ctx) + _draft_prefill(ctx, draft), memory=fp,
-                   extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
+    prefill, d_prefill = prefill_cost(ctx), _draft_prefill(ctx, draft)
+    return Outcome(step=step, tokens_per_step=tps, n_seqs=B, prefill=prefill + d_prefill, memory=fp,
+                   extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s},
+                   passes=named_passes(ex, prefill, verify, draft, dcost,
+                                       None if ctx.rec.draft_model == "self" else d_prefill))
+
+
+def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None = None,
+                 d_prefill: Cost | None = None) -> dict:
+    """The passes of a speculative or tree step by name (``draft`` = the draft's Exec or None;
+    ``d_prefill`` = a draft model's own prompt processing, None when the draft keeps no prompt)."""
+    passes = {"prefill": Pass(prefill, ex)}
+    if draft is not None:
+        if d_prefill is not None:
+            passes["draft_prefill"] = Pass(d_prefill, draft)
+        passes["draft"] = Pass(dcost, draft)
+    passes["verify"] = Pass(verify, ex)
+    return passes
 
 
 def _draft_prefill(ctx: Ctx, draft) -> Cost:

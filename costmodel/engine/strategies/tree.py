@@ -29,7 +29,7 @@ from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
 from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead
-from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, separate
+from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
 
 def rank_vector(ctx: Ctx, depth_hint: int | None = None) -> tuple:
@@ -147,9 +147,11 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
     fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
                           separate=separate(ctx))
-    prefill = prefill_cost(ctx) + (_draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero())
+    target_prefill = prefill_cost(ctx)
+    d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
     return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
-                   n_seqs=B, prefill=prefill, memory=fp,
+                   n_seqs=B, prefill=target_prefill + d_prefill, memory=fp,
+                   passes=named_passes(ex, target_prefill, verify, d_ex, dcost, d_prefill if kind == "model" else None),
                    extras={"tree_nodes": tr.n_nodes, "tree_depth": tr.depth,
                            "tree_parents": list(tr.parents),
                            "draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
