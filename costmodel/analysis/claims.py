@@ -381,7 +381,7 @@ def hard_limits(rec, out: dict) -> Limits:
     bw = hw.bandwidth_bytes_per_s
     peak = hw.matrix_peak(dtypes.compute_dtype(ex.weight_dtype))
     n_act = float(m.active_params_per_token)
-    w_read = ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
+    w_read = memory.active_weights_bytes_device(ex)
     kv_tok_all_layers = ex.kv_bytes_per_token_layer * m.n_layers          # per device, all pipeline stages
     kv_read = kv_seqs * rec.prompt_len * kv_tok_all_layers
     t_bytes = (w_read + kv_read) / bw

@@ -56,6 +56,8 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.engine import memory
+from costmodel.engine.evaluate import build_exec
 from costmodel.inputs.runtime import Runtime, load_runtime
 from costmodel.calibration.validate import SIZE_METRICS, Measurement, load_measurements, predict, predict_arrays, row_result
 
@@ -398,9 +400,12 @@ def diagnose(row: dict, m: Measurement) -> str:
     g, wd, rt = m.group, rec.weight_dtype, m.runtime
     rate = m.metric in ("tokens_per_s_per_seq", "tokens_per_s")
     if m.categorical:
-        return ("predicted to fit (13.5 GB fp16 weights + KV + runtime overhead under the T4's usable memory), "
-                "but HF accelerate's device_map='auto' keeps headroom and offloaded: loader headroom is not "
-                "modelled" if row.get("predicted") else "fit verdict disagrees with the observation")
+        if not row.get("predicted"):
+            return "fit verdict disagrees with the observation"
+        ex = build_exec(rec)
+        return (f"predicted to fit ({memory.weights_device_bytes(ex) / 1e9:.1f} GB {wd} weights + KV + runtime "
+                f"overhead under the {ex.hw.name}'s usable {ex.hw.usable_bytes / 1e9:.1f} GB), but HF accelerate's "
+                "device_map='auto' keeps headroom and offloaded: loader headroom is not modelled")
     if g == "eagle-readme":
         return ("the AR baseline is far below the bandwidth roofline (gpt-fast reaches about twice this on an "
                 "A100 with the same code base): GPU variant or settings not comparable; a data problem more "
@@ -411,15 +416,21 @@ def diagnose(row: dict, m: Measurement) -> str:
                 "does not express; the source's Llama-2 Q4_0 figures ('Total VRAM Requirements') exceed the "
                 "file sizes by about a 512-token f16 KV cache")
     if m.metric == "peak_device_memory_bytes" and rt == "trt-llm":
-        return ("weights are TRT-LLM's layout (GPTQ group-128 body, fp16 embedding and LM head: 5.81 GB); the rest "
-                "is CUDA module loading (the row without CUDA_LAZY_LOADING is 1.07 GB higher) and TensorRT's "
-                "activation and workspace buffers, for which the runtime's 1 GB memory_overhead_bytes is a prior")
+        ex = build_exec(rec)
+        return (f"weights are TRT-LLM's layout (GPTQ group-128 body, fp16 embedding and LM head: "
+                f"{memory.weights_total_bytes(ex) / 1e9:.2f} GB); the rest is CUDA module loading (the row without "
+                "CUDA_LAZY_LOADING is 1.07 GB higher) and TensorRT's activation and workspace buffers, for which "
+                f"the runtime's {ex.rt.memory_overhead_bytes / 1e9:g} GB memory_overhead_bytes is a prior")
     if rt == "trt-llm" and rec.hardware.startswith("orin") and rate and e is not None and e < -0.2:
+        ex = build_exec(rec)
+        head = ex.model.lm_head_params * ex.lm_head_w_bytes
+        bw = ex.hw.bandwidth_bytes_per_s
         return ("held out, trt-llm is calibrated on the two A10G NIM rows only; on the Orin this decode reads "
-                "4.76 GB per token (int4 body + the fp16 LM head's 1.05 GB) at ~164 GB/s = 0.80 of the 204.8 GB/s "
-                "datasheet, above the hardware file's low-confidence stream efficiency 0.762 (156 GB/s): the "
-                "Orin's sourced efficiency looks low; VP193/VP195 also use per-channel int4 (~5 % fewer bytes "
-                "than the group-128 profile)")
+                f"{memory.active_weights_bytes_device(ex) / 1e9:.2f} GB of weights per token (int4 body + the fp16 "
+                f"LM head's {head / 1e9:.2f} GB), measured at about 0.8 of the {bw / 1e9:.1f} GB/s datasheet, "
+                f"above the hardware file's low-confidence stream efficiency {ex.hw.memory_efficiency:g} "
+                f"({bw * ex.hw.memory_efficiency / 1e9:.0f} GB/s): the Orin's sourced efficiency looks low; "
+                "VP193/VP195 also use per-channel int4 (~5 % fewer bytes than the group-128 profile)")
     if wd in ("int4", "int8") and rate and e is not None and e > 0.2:
         if rt == "llama.cpp":
             return ("at 8192 tokens ggml's attention reads the KV cache far slower than its GEMVs read weights "

@@ -69,6 +69,15 @@ def weights_device_bytes(ex: Exec) -> float:
     return (weights_total_bytes(ex) + extra * ex.w_bytes) / (ex.tp * ex.pp)
 
 
+def active_weights_bytes_device(ex: Exec) -> float:
+    """Weights one token multiplies through, per tensor-parallel rank over all pipeline stages (the
+    least a decoding step must read): ((active parameters − LM head) · w_bytes + LM head ·
+    lm_head_w_bytes) / tp — MoE: the token's k experts and the router; no embedding (a gather)."""
+    m = ex.model
+    n_act = float(m.active_params_per_token)
+    return ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
+
+
 # --------------------------------------------------------------------------- KV cache
 def kv_bytes_per_token_device(ex: Exec) -> float:
     """K and V of one token on one device: the layers of its pipeline stage (layers/pp), its KV heads
