@@ -96,7 +96,7 @@ def test_recommend_reason_splits_the_step_bytes_by_the_engines_operators():
 
 
 def test_claim_floors_use_the_engines_weights_and_kv():
-    from costmodel.analysis.claims import hard_limits
+    from costmodel.analysis.claims_model import hard_limits
     from costmodel.engine import memory
     from costmodel.engine.evaluate import build_exec
     from costmodel.inputs.record import parse_record
