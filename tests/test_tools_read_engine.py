@@ -113,7 +113,7 @@ def test_claim_floors_use_the_engines_weights_and_kv():
 
 
 def test_calibration_diagnosis_quotes_the_engines_weights():
-    from costmodel.calibration.calibrate import diagnose
+    from costmodel.calibration.report import diagnose
     from costmodel.calibration.validate import load_measurements
     ms = {m.id: m for m in load_measurements()}
     # Llama-3-8B under TRT-LLM's int4 layout on the Orin: the engine's weights, not a typed-in figure

@@ -46,7 +46,7 @@ def run(args):
     out_dir = Path(args.output_dir) if args.output_dir else VALIDATION_DIR
     written = []
     if args.fit or args.report:
-        from costmodel.calibration import calibrate
+        from costmodel.calibration import calibrate, report
         if (args.fit or args.report) and not out_dir.is_dir():
             from costmodel.errors import InputError
             raise InputError("output folder not found", source=str(out_dir), field="--output-dir")
@@ -60,7 +60,7 @@ def run(args):
         if args.report:
             in_sample = validate(ms, runtimes=calibrate.runtimes_from_fit(loso["full_fit"]))
             strict = calibrate.leave_one_source_out(ms, by="source") if args.by == "group" else None
-            written += calibrate.write_report(loso, ms, out_dir, in_sample=in_sample, strict=strict, files=files,
+            written += report.write_report(loso, ms, out_dir, in_sample=in_sample, strict=strict, files=files,
                                               date=date)
         result = {"rows": rows, "summary": summary, "fit": {r: e["params"] for r, e in loso["full_fit"].items()},
                   "written": written}
