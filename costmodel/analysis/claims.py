@@ -196,7 +196,7 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
             raise InputError(f"unknown compare {compare!r}", source=src, field="compare", allowed="ratio, difference")
         lim_other = None
         for metric, cv, text in figs:
-            b, basis = band.for_metric(metric)
+            b, basis = band.for_metric(metric, rec.batch_size)
             if rel and compare == "ratio" and metric in RATE_METRICS:
                 b, basis = band.for_metric("speedup_vs_ar")       # a ratio of two rates is a speedup
                 basis += " (a ratio of two rates)"

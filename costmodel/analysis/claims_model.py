@@ -163,7 +163,6 @@ class Limits:
 
 def hard_limits(rec, out: dict) -> Limits:
     """Physical floors of the claim's configuration (module docstring)."""
-    from costmodel.inputs import dtypes
     from costmodel.engine import memory
     from costmodel.engine.evaluate import build_exec
     ex = build_exec(rec)
@@ -171,7 +170,7 @@ def hard_limits(rec, out: dict) -> Limits:
     seqs = float(out.get("n_sequences", rec.batch_size))
     kv_seqs = float(rec.batch_size) if rec.strategy == "shared_prefix" else seqs
     bw = hw.bandwidth_bytes_per_s
-    peak = hw.matrix_peak(dtypes.compute_dtype(ex.weight_dtype))
+    peak = hw.matrix_peak(ex.compute_dtype)
     n_act = float(m.active_params_per_token)
     w_read = memory.active_weights_bytes_device(ex)
     kv_tok_all_layers = ex.kv_bytes_per_token_layer * m.n_layers          # per device, all pipeline stages

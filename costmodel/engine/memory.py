@@ -11,8 +11,8 @@ and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
     draft weights    = a draft model's own weights/device; 0 for ``self`` (the target's weights);
                        a head's parameters · bytes per weight (Medusa split over tp)       draft_breakdown
     draft KV         = the draft's KV tokens · its KV bytes/token                         draft_breakdown
-    activations      = the largest pass of T tokens, L of them needing logits:
-                       T·(2·d + (q + 2·kv)/tp + q/tp + 3·d_ff/tp)·act_bytes + L·vocab/tp·4 activation_bytes
+    activations      = the largest pass of T tokens, L of them needing logits (k experts per token):
+                       T·(2·d + (q + 2·kv)/tp + q/tp + 3·k·d_ff/tp)·act_bytes + L·vocab/tp·4 activation_bytes
     attention scores = an unfused kernel's fp32 scores of one layer: 4 · heads/tp · score pairs
                        (0 with a fused kernel)                                             score_bytes
     runtime overhead = Runtime.memory_overhead_bytes (CUDA context, workspaces, pools)
@@ -98,10 +98,13 @@ def tree_scratch_bytes(ex: Exec, B, q) -> np.ndarray:
 # --------------------------------------------------------------------------- transient buffers
 def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
     """Transient activations of a pass of ``tokens`` tokens, ``lm_tokens`` of them needing logits:
-    T·(2·d + (q + 2·kv)/tp + q/tp + 3·d_ff/tp)·act_bytes + lm_tokens·vocab/tp·4 (fp32 logits)."""
+    T·(2·d + (q + 2·kv)/tp + q/tp + 3·k·d_ff/tp)·act_bytes + lm_tokens·vocab/tp·4 (fp32 logits), k the
+    experts each token runs (MoE: each holds its own gate/up/activation; 1 for a dense FFN)."""
     m, tp = ex.model, ex.tp
     t = np.asarray(tokens, dtype=float)
-    per_token = 2 * m.d_model + (m.q_dim + 2 * m.kv_dim) / tp + m.q_dim / tp + 3 * m.d_ff / tp
+    # MoE: each token runs its experts_per_token experts, each holding its own gate/up/activation
+    per_token = (2 * m.d_model + (m.q_dim + 2 * m.kv_dim) / tp + m.q_dim / tp
+                 + 3 * m.experts_per_token * m.d_ff / tp)
     return t * (per_token * ex.act_bytes) + np.asarray(lm_tokens, dtype=float) * (m.vocab_size / tp * 4.0)
 
 
