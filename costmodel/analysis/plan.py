@@ -63,6 +63,12 @@ TARGETS = {
     "target_tokens_per_s": ("tokens_per_s", "min"),
     "target_tokens_per_s_per_seq": ("tokens_per_s_per_seq", "min"),
 }
+#: short names people use for a target -> the target field (for "did you mean")
+TARGET_ALIASES = {"tpot": "target_time_per_output_token_s", "itl": "target_time_per_output_token_s",
+                  "per_token": "target_time_per_output_token_s", "per_output": "target_time_per_output_token_s",
+                  "ttft": "target_ttft_s", "first_token": "target_ttft_s", "e2e": "target_e2e_latency_s",
+                  "end_to_end": "target_e2e_latency_s", "step": "target_step_latency_s",
+                  "throughput": "target_tokens_per_s", "per_seq": "target_tokens_per_s_per_seq"}
 OPTIONS = ("prices", "max_devices", "max_batch", "parallelism")
 BOUND_TO_CONSTRAINT = {"memory": "bandwidth", "l2": "bandwidth", "compute": "compute",
                        "interconnect": "interconnect", "launch": "launch_overhead"}
@@ -80,7 +86,7 @@ def split_targets(fields: dict) -> tuple[dict, dict, dict]:
         key = str(k).strip()
         if key.startswith("target_"):
             if key not in TARGETS:
-                raise InputError(f"unknown target{suggest(key, TARGETS)}", field=key, allowed=", ".join(TARGETS))
+                raise InputError(f"unknown target{suggest(key, TARGETS, TARGET_ALIASES)}", field=key, allowed=", ".join(TARGETS))
             try:
                 x = float(v)
             except (TypeError, ValueError):

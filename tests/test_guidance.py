@@ -1,0 +1,44 @@
+"""Messages that point a new user at what to do next: "did you mean" that ranks the obvious match first,
+files of another kind recognised by every command that reads a file."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.cli.main import main
+from costmodel.errors import suggest
+
+
+def run_cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ------------------------------------------------------------------------ did you mean
+
+def test_prefix_matches_come_before_edit_distance():
+    # 'h100' is the start of two ids; v100 and h200 are one edit away but are other devices
+    hint = suggest("h100", ["a100-80gb", "h100-pcie", "h100-sxm", "h200", "v100"])
+    assert hint == " (did you mean h100-sxm, h100-pcie?)"
+
+
+def test_contained_name_is_offered():
+    assert "llama-2-7b" in suggest("llama-2-7b-chat", ["llama-2-7b", "llama-2-13b", "llama-3-8b"])
+
+
+def test_edit_distance_still_used_when_nothing_obvious():
+    assert suggest("specultive", ["autoregressive", "speculative", "tree"]) == " (did you mean speculative?)"
+
+
+def test_hardware_h100_suggests_both_h100s_first(capsys):
+    rc, out, err = run_cli(capsys, "eval", "model=llama-2-7b", "hardware=h100", "batch_size=1", "prompt_len=8")
+    assert rc == 2
+    assert "did you mean h100-sxm, h100-pcie?" in err
+
+
+@pytest.mark.parametrize("name", ["target_tpot", "target_tpot_s", "target_itl_s"])
+def test_plan_target_short_name_suggests_time_per_output_token(capsys, name):
+    rc, out, err = run_cli(capsys, "plan", "model=llama-2-7b", "hardware=h100-sxm", "prompt_len=8", f"{name}=0.05")
+    assert rc == 2
+    assert "did you mean target_time_per_output_token_s" in err
