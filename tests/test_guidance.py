@@ -42,3 +42,25 @@ def test_plan_target_short_name_suggests_time_per_output_token(capsys, name):
     rc, out, err = run_cli(capsys, "plan", "model=llama-2-7b", "hardware=h100-sxm", "prompt_len=8", f"{name}=0.05")
     assert rc == 2
     assert "did you mean target_time_per_output_token_s" in err
+
+
+# ------------------------------------------------------------------------ files of another kind
+
+@pytest.mark.parametrize("argv, kind, command", [
+    (["run", "scenarios/article_claims.yaml"], "a claims file", "costmodel check scenarios/article_claims.yaml"),
+    (["run", "scenarios/prices_example.yaml"], "a prices file", "--prices scenarios/prices_example.yaml"),
+    (["check", "scenarios/walkthrough.yaml"], "a scenario file", "costmodel run scenarios/walkthrough.yaml"),
+    (["check", "scenarios/prices_example.yaml"], "a prices file", "costmodel plan"),
+    (["plan", "model=llama-2-7b", "prompt_len=8", "--prices", "scenarios/walkthrough.yaml"], "a scenario file",
+     "costmodel run scenarios/walkthrough.yaml"),
+    (["plan", "model=llama-2-7b", "prompt_len=8", "--prices", "scenarios/article_claims.yaml"], "a claims file",
+     "costmodel check scenarios/article_claims.yaml"),
+])
+def test_file_of_another_kind_names_the_command_that_reads_it(capsys, monkeypatch, argv, kind, command):
+    import os
+    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), ".."))
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1
+    assert f"this is {kind}" in err and command in err, err
+    assert "unknown field" not in err

@@ -112,9 +112,11 @@ def load_prices(path) -> dict:
           h100-sxm: 3.00
           a100-80gb: {per_device_hour: 1.80, source: "..."}
     """
+    from costmodel.inputs.file_kind import refuse_other_kind
     from costmodel.inputs.specs import load_yaml
     data = load_yaml(path)
     src = str(path)
+    refuse_other_kind(data, src, "prices")
     if not isinstance(data, dict) or not isinstance(data.get("prices"), dict) or not data["prices"]:
         raise InputError("a prices file needs a 'prices' mapping of hardware id: price per device-hour",
                          source=src, field="prices")
