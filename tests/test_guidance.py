@@ -34,7 +34,8 @@ def test_edit_distance_still_used_when_nothing_obvious():
 def test_hardware_h100_suggests_both_h100s_first(capsys):
     rc, out, err = run_cli(capsys, "eval", "model=llama-2-7b", "hardware=h100", "batch_size=1", "prompt_len=8")
     assert rc == 2
-    assert "did you mean h100-sxm, h100-pcie?" in err
+    offered = err.split("did you mean ")[1].split("?")[0].split(", ")
+    assert {"h100-sxm", "h100-pcie"} <= set(offered) and all(o.startswith("h100-") for o in offered), err
 
 
 @pytest.mark.parametrize("name", ["target_tpot", "target_tpot_s", "target_itl_s"])
@@ -137,3 +138,64 @@ def test_plan_cli_margin(capsys):
     assert "planned for" in out and "margin 29%" in out
     rc, out, err = run_cli(capsys, "plan", "model=llama-2-7b", "hardware=t4", "prompt_len=8", "--margin", "1.5")
     assert rc == 2 and "field 'margin'" in err
+
+
+# ------------------------------------------------------------------------ check: every bound, the α a claim needs
+
+def _one(claim):
+    from costmodel import check
+    return check([claim])["claims"][0]
+
+
+def test_check_lists_memory_and_bandwidth_bounds():
+    # Llama-2-70B fp16 on one A100-40GB: 68.98e9 params × 2 B = 138.0 GB of weights, no fit in 40 GB.
+    # Bandwidth floor at batch 1: (138.0 GB + 512 tokens × 80 layers × 8 heads × 128 × 2 (K, V) × 2 B = 0.17 GB)
+    # / 1.555e12 B/s = 88.8 ms per step → at most 1 / 0.0888 = 11.3 tokens/s per sequence.
+    c = _one({"id": "x", "model": "llama-2-70b", "hardware": "a100-40gb", "batch_size": 1, "prompt_len": 512,
+              "metric": "tokens_per_s_per_seq", "value": 50})
+    assert c["verdict"] == "impossible"
+    assert c["bounds_broken"][0].startswith("does not fit")
+    assert c["reason"].startswith("does not fit") and "; even if it did, 50 tokens/s per sequence exceeds" in c["reason"]
+    assert "= 11.3 " in c["reason"]
+    assert len(c["bounds_broken"]) == 2
+
+
+def test_check_lists_both_throughput_ceilings():
+    # Llama-2-7B fp16 on a T4, batch 1: bandwidth allows ≈ 1 / (13.5 GB / 320 GB/s) ≈ 24 tokens/s, compute
+    # 65e12 / (2 × 6.7e9) ≈ 4.8e3 tokens/s; a claim of 1e5 tokens/s breaks both
+    c = _one({"id": "x", "model": "llama-2-7b", "hardware": "t4", "batch_size": 1, "prompt_len": 128,
+              "metric": "tokens_per_s", "value": 1e5})
+    assert c["verdict"] == "impossible"
+    assert len(c["bounds_broken"]) == 2
+    assert "compute ceiling" in c["bounds_broken"][0] and "sequences × τ / floor" in c["bounds_broken"][1]
+
+
+SPEC = {"model": "llama-2-7b", "hardware": "a100-80gb", "batch_size": 1, "prompt_len": 512, "runtime": "compiled",
+        "strategy": "speculative", "draft_model": "llama-68m", "gamma": 4, "acceptance_rate": 0.6}
+
+
+def test_check_gives_the_acceptance_rate_a_speculative_claim_needs():
+    from costmodel import evaluate
+    at_06 = evaluate(dict(SPEC))["speedup_vs_ar"]
+    claimed = round(at_06 * 0.6, 2)       # |p − c| / c = 0.4 / 0.6 = 67 %, outside the ±33 % band: pessimistic
+    c = _one(dict(SPEC, id="x", metric="speedup_vs_ar", value=claimed))
+    fig = c["figures"][0]
+    assert c["verdict"] == "pessimistic"
+    a = fig["needed_acceptance_rate"]
+    assert 0.0 < a < 0.6
+    # the engine itself, at that α, gives the claimed speedup (the inversion is the engine's, not a formula's)
+    assert evaluate(dict(SPEC, acceptance_rate=a))["speedup_vs_ar"] == pytest.approx(claimed, rel=1e-3)
+    assert f"α ≈ {a:.2f} (the claim's record gives α = 0.6)" in c["reason"]
+
+
+def test_check_says_when_no_acceptance_rate_reaches_the_claim():
+    c = _one(dict(SPEC, id="x", metric="speedup_vs_ar", value=50))     # τ ≤ γ + 1 = 5: far beyond
+    assert c["verdict"] == "impossible"
+    fig = c["figures"][0]
+    assert fig["needed_acceptance_rate"] is None and "no acceptance rate reaches it" in fig["reason"]
+
+
+def test_check_no_acceptance_rate_for_autoregressive_claims():
+    c = _one({"id": "x", "model": "llama-2-7b", "hardware": "a100-80gb", "batch_size": 1, "prompt_len": 512,
+              "metric": "tokens_per_s", "value": 1000})
+    assert "needed_acceptance_rate" not in c["figures"][0]

@@ -442,43 +442,57 @@ def _unit(metric: str) -> str:
 
 
 def bound_violation(metric: str, c: Claimed, lim: Limits, relative=False) -> str | None:
-    """Reason text if the claimed figure breaks a hard bound, else None."""
+    """Reason text naming every hard bound the claimed figure breaks, else None."""
+    found = bound_violations(metric, c, lim, relative)
+    return "; ".join(found) if found else None
+
+
+def bound_violations(metric: str, c: Claimed, lim: Limits, relative=False) -> list:
+    """Every hard bound (module docstring) the claimed figure breaks, as reason texts."""
     if relative or c.kind in ("bool", "name"):
-        return None
+        return []
     hb = higher_is_better(metric)
     x = _best_end(c, hb)
     if not math.isfinite(x):
-        return None
+        return []
+    found = []
+    for text in _violations(metric, x, lim):
+        if text:
+            found.append(text)
+    return found
+
+
+def _violations(metric: str, x: float, lim: Limits):
+    """Yields the reason text of each bound that ``x`` (the claim's least extreme reading) breaks."""
     tf, tau = lim.t_floor, lim.tau_b
     floor_txt = f"the floor of {_g(tf, 's')} per step ({lim.t_floor_basis})"
     if metric == "step_latency_s" and x < tf:
-        return f"a step of {_g(x, 's')} beats {floor_txt}"
+        yield f"a step of {_g(x, 's')} beats {floor_txt}"
     if metric == "time_per_output_token_s" and x < tf / tau:
-        return f"{_g(x, 's')} per token beats {floor_txt} ÷ τ = {tau:.2f}"
+        yield f"{_g(x, 's')} per token beats {floor_txt} ÷ τ = {tau:.2f}"
     if metric == "tokens_per_s_per_seq" and x > tau / tf:
-        return (f"{x:.3g} tokens/s per sequence exceeds τ / floor = {tau:.2f} / {_g(tf, 's')} = "
-                f"{tau / tf:.3g} ({lim.t_floor_basis})")
+        yield (f"{x:.3g} tokens/s per sequence exceeds τ / floor = {tau:.2f} / {_g(tf, 's')} = "
+               f"{tau / tf:.3g} ({lim.t_floor_basis})")
     if metric == "tokens_per_s":
         cap_bw = lim.seqs * tau / tf
         if x > lim.tps_ceiling_compute:
-            return (f"{x:.3g} tokens/s exceeds the compute ceiling of {lim.tps_ceiling_compute:.3g} "
-                    f"(every token costs at least one target forward pass)")
+            yield (f"{x:.3g} tokens/s exceeds the compute ceiling of {lim.tps_ceiling_compute:.3g} "
+                   f"(every token costs at least one target forward pass)")
         if x > cap_bw:
-            return (f"{x:.3g} tokens/s exceeds sequences × τ / floor = {lim.seqs:.0f} × {tau:.2f} / {_g(tf, 's')} "
-                    f"= {cap_bw:.3g} ({lim.t_floor_basis})")
+            yield (f"{x:.3g} tokens/s exceeds sequences × τ / floor = {lim.seqs:.0f} × {tau:.2f} / {_g(tf, 's')} "
+                   f"= {cap_bw:.3g} ({lim.t_floor_basis})")
     if metric == "speedup_vs_ar" and x > tau * (1 + 1e-9) and tau >= 1:
-        return f"a speedup of {x:.3g}× needs more than the τ = {tau:.2f} tokens per step the claim's acceptance gives"
+        yield f"a speedup of {x:.3g}× needs more than the τ = {tau:.2f} tokens per step the claim's acceptance gives"
     if metric in ("tokens_per_step", "mean_accepted_tokens") and x > lim.tau_struct + 1e-9:
-        return f"{x:.3g} tokens per step exceeds the structural maximum {lim.tau_struct:.0f} (γ+1 / depth+1)"
+        yield f"{x:.3g} tokens per step exceeds the structural maximum {lim.tau_struct:.0f} (γ+1 / depth+1)"
     if metric == "ttft_s" and x < lim.ttft_floor:
-        return f"a time to first token of {_g(x, 's')} beats the prefill floor of {_g(lim.ttft_floor, 's')}"
+        yield f"a time to first token of {_g(x, 's')} beats the prefill floor of {_g(lim.ttft_floor, 's')}"
     if metric == "e2e_latency_s" and x < (lim.gen_len - 1) / tau * tf:
-        return (f"{_g(x, 's')} end to end beats (gen_len − 1)/τ × floor = "
-                f"{_g((lim.gen_len - 1) / tau * tf, 's')}")
+        yield (f"{_g(x, 's')} end to end beats (gen_len − 1)/τ × floor = "
+               f"{_g((lim.gen_len - 1) / tau * tf, 's')}")
     if metric == "peak_device_memory_bytes" and x < lim.mem_floor:
-        return (f"a peak of {_g(x, 'B')} is below the {_g(lim.mem_floor, 'B')} of weights and prompt KV that must "
-                f"be resident")
-    return None
+        yield (f"a peak of {_g(x, 'B')} is below the {_g(lim.mem_floor, 'B')} of weights and prompt KV that must "
+               f"be resident")
 
 
 def band_verdict(metric: str, c: Claimed, pred, band: float, basis: str, relative: bool = False) -> tuple[str, str]:
@@ -657,22 +671,25 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
             not_fit = (not lim.fits_floor) or (lim_other is not None and not lim_other.fits_floor)
             if not_fit and not (metric == "fits" and cv.name == "false"):
                 which = lim if not lim.fits_floor else lim_other
-                fig.update(verdict="impossible",
-                           reason=f"does not fit: at least {_g(which.mem_floor, 'B')} of weights and prompt KV "
-                                  f"must be resident on a device with {_g(which.usable, 'B')} usable")
+                broken = [f"does not fit: at least {_g(which.mem_floor, 'B')} of weights and prompt KV "
+                          f"must be resident on a device with {_g(which.usable, 'B')} usable"]
+                broken += [f"even if it did, {t}" for t in bound_violations(metric, cv, lim, relative=bool(rel))]
+                fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
                 results.append(fig)
                 continue
-            why = bound_violation(metric, cv, lim, relative=bool(rel))
-            if why is None and rel and metric in ("tokens_per_s", "tokens_per_s_per_seq") and \
+            broken = bound_violations(metric, cv, lim, relative=bool(rel))
+            if not broken and rel and metric in ("tokens_per_s", "tokens_per_s_per_seq") and \
                     rel.get("strategy") == "autoregressive" and compare == "ratio":
-                why = bound_violation("speedup_vs_ar", cv, lim)
-            if why:
-                fig.update(verdict="impossible", reason=why)
+                broken = bound_violations("speedup_vs_ar", cv, lim)
+            if broken:
+                fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
             elif metric in CATEGORICAL or cv.kind in ("name", "bool"):
                 fig.update(_judge_category(metric, cv, p, pred, band, rec))
             else:
                 v, why = band_verdict(metric, cv, p, b, basis, relative=bool(rel) and compare == "ratio")
                 fig.update(verdict=v, reason=why)
+            if fig["verdict"] in ("optimistic", "pessimistic", "impossible"):
+                _add_needed_alpha(fig, fields, rec, src, band, metric, cv, p, rel, compare)
             results.append(fig)
         if not rel:
             for v, metric, why in _identity_checks({m: cv for m, cv, _ in figs}, pred, lim, tau is not None):
@@ -682,9 +699,11 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
     top = max(results, key=lambda r: (SEVERITY[r["verdict"]], _deviation(r)))
     worst = [r for r in results if SEVERITY[r["verdict"]] == SEVERITY[top["verdict"]]]
     reason = top["reason"]
-    if len(results) > 1:
-        if not reason.startswith("does not fit"):
-            reason = f"{top['metric']}: {reason}"
+    if top["verdict"] == "impossible":
+        base["bounds_broken"] = _every_bound(worst, named=len(results) > 1)
+        reason = "; ".join(base["bounds_broken"])
+    elif len(results) > 1:
+        reason = f"{top['metric']}: {reason}"
         if len(worst) > 1:
             reason += f" (and {len(worst) - 1} more {top['verdict']} figure{'s' if len(worst) > 2 else ''})"
     names = {m for m, _, _ in figs}
@@ -705,6 +724,43 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
         base["relative_to"] = c["relative_to"]
         base["compare"] = c.get("compare", "ratio")
     return base
+
+
+def _add_needed_alpha(fig, fields, rec, src, band, metric, cv, p, rel, compare) -> None:
+    """For a speculative or tree claim: the acceptance rate at which the model gives the claimed figure
+    (``needed_acceptance_rate``, None when no α < 1 does), appended to the figure's reason."""
+    from costmodel.analysis.claim_needs import (ALPHA_METRICS, acceptance_text, moves_with_alpha,
+                                                 needed_acceptance_rate)
+    if metric not in ALPHA_METRICS or rec.strategy not in ("speculative", "tree") or "rank_acceptance" in fields \
+            or cv.kind not in ("point", "range", "lt", "le", "gt", "ge") or not isinstance(p, (int, float)):
+        return
+    claimed = cv.lo if cv.kind != "range" else (cv.lo if p < cv.lo else cv.hi)
+    f = {k: v for k, v in fields.items() if k not in ("acceptance_rate", "mean_accepted_tokens")}
+
+    def value_at(a):
+        fa = dict(f, acceptance_rate=a)
+        pr = Predictor(fa, _parse(fa, src), band)
+        return pr.value(metric, rel, compare)[0] if rel else pr.value(metric)
+    alpha, lo, hi = needed_acceptance_rate(value_at, float(claimed))
+    if not moves_with_alpha(lo, hi):
+        return
+    unit = "" if rel and compare == "ratio" else _unit(metric)
+    fig["needed_acceptance_rate"] = None if alpha is None else round(alpha, 4)
+    fig["reason"] += "; " + acceptance_text(alpha, lo, hi, fields.get("acceptance_rate"), lambda x: _g(x, unit),
+                                            cv.kind)
+
+
+def _every_bound(figures: list, named: bool) -> list:
+    """Every hard bound the impossible figures break, each once ('does not fit' first), metric-named."""
+    out = []
+    for r in figures:
+        for t in r.get("bounds_broken", [r["reason"]]):
+            if named and not t.startswith("does not fit"):
+                lead = "even if it did, " if t.startswith("even if it did, ") else ""
+                t = f"{lead}{r['metric']}: {t[len(lead):]}"
+            if t not in out:
+                out.append(t)
+    return sorted(out, key=lambda t: not t.startswith("does not fit"))
 
 
 def _deviation(r: dict) -> float:
