@@ -199,3 +199,24 @@ def test_check_no_acceptance_rate_for_autoregressive_claims():
     c = _one({"id": "x", "model": "llama-2-7b", "hardware": "a100-80gb", "batch_size": 1, "prompt_len": 512,
               "metric": "tokens_per_s", "value": 1000})
     assert "needed_acceptance_rate" not in c["figures"][0]
+
+
+# ------------------------------------------------------------------------ recommend: per device or total
+
+def test_recommend_says_per_device_or_total(capsys):
+    rc, out, err = run_cli(capsys, "recommend", "model=llama-2-7b", "hardware=h100-sxm", "batch_size=4",
+                           "prompt_len=512", "acceptance_rate=0.75", "n_devices=2")
+    assert rc == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("strategy"))
+    for col in ("tok/s total", "tok/s/seq", "tok/step/seq", "peak GB/device"):
+        assert col in header
+    reason = next(line for line in out.splitlines() if line.startswith("reason:"))
+    # 14.5 GB moved by an AR step over 2 devices: 7.2 GB each
+    assert "GB in total (7.2 GB per device;" in reason and "tokens per sequence" in reason
+
+
+def test_recommend_nothing_fits_names_the_next_step():
+    from costmodel import recommend
+    r = recommend(dict(model="llama-2-70b", hardware="t4", batch_size=4, prompt_len=512))
+    assert r["recommended"] is None
+    assert "per device" in r["reason"] and "costmodel plan" in r["reason"]

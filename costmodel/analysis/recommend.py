@@ -288,8 +288,10 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_res: dict) -> str:
     kvfrac = min(1.0, kv / moved) if moved else float("nan")
     where = f"batch {B}" + (f" × {n_br} branches" if n_br > 1 else "")
     if bound == "memory":
-        head = (f"memory-bound at {where}: an AR step moves {_fmt_bytes(moved)} "
-                f"({1 - kvfrac:.0%} of it weights, {kvfrac:.0%} KV cache) at {ai:.0f} FLOP/B, below the device's ridge of {ridge:.0f} FLOP/B")
+        n_dev = int(float(fields.get("n_devices") or 1))
+        head = (f"memory-bound at {where}: an AR step moves {_fmt_bytes(moved)} in total ("
+                + (f"{_fmt_bytes(moved / n_dev)} per device; " if n_dev > 1 else "")
+                + f"{1 - kvfrac:.0%} of it weights, {kvfrac:.0%} KV cache) at {ai:.0f} FLOP/B, below the device's ridge of {ridge:.0f} FLOP/B")
     elif bound == "compute":
         from costmodel.inputs import dtypes
         w_bytes = dtypes.weight_bytes_per_param(str(fields.get("weight_dtype") or "fp16"))
@@ -326,7 +328,7 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_res: dict) -> str:
            "is paid almost in full here, but the step's fixed costs (launches, host overhead, weight reads) "
            "are shared by more tokens")
     return (head + f"; {what} {q} tokens {how}: a step of {best} ({_cfg_text(b['config'])}) "
-            f"costs {cost:.2f}× an AR step (draft included) and yields {b['tokens_per_step']:.2f} tokens "
+            f"costs {cost:.2f}× an AR step (draft included) and yields {b['tokens_per_step']:.2f} tokens per sequence "
             f"→ {_r(b['speedup_vs_ar'])}× AR")
 
 
@@ -357,7 +359,8 @@ def recommend_on(fields: dict, hw, objective: str = "tokens_per_s") -> dict:
             c.pop("_goodness")
         return {"recommended": None, "hardware": hw_label, "objective": objective,
                 "reason": f"nothing fits on {hw_label}: even autoregressive decoding needs "
-                          f"{_fmt_bytes(cands['autoregressive']['peak_device_memory_bytes'])}",
+                          f"{_fmt_bytes(cands['autoregressive']['peak_device_memory_bytes'])} per device; "
+                          f"`costmodel plan` (without n_devices) finds how many devices it needs",
                 "candidates": list(cands.values()), "notes": notes}
     best = max(good, key=lambda k: (good[k], -FAMILIES.index(k)))
     ar_res = ev["autoregressive"]["results"][0]
