@@ -220,3 +220,38 @@ def test_recommend_nothing_fits_names_the_next_step():
     r = recommend(dict(model="llama-2-70b", hardware="t4", batch_size=4, prompt_len=512))
     assert r["recommended"] is None
     assert "per device" in r["reason"] and "costmodel plan" in r["reason"]
+
+
+# ------------------------------------------------------------------------ pictures at a useful scale
+
+def _overlap(a, b):
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+@pytest.mark.parametrize("extra", [
+    dict(strategy="speculative", draft_model="llama-68m", acceptance_rate=0.7, batch_size=8, prompt_len=1024),
+    dict(strategy="tree", draft_model="eagle", tree_nodes=16, acceptance_rate=0.7, batch_size=1, prompt_len=512),
+])
+def test_roofline_labels_do_not_overlap(tmp_path, extra):
+    from costmodel.analysis.plots import roofline
+    d = roofline(dict(model="llama-2-7b", hardware="h100-sxm", **extra), str(tmp_path / "r.png"))
+    boxes = d["label_boxes"]
+    assert len(boxes) >= 3
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not _overlap(a, b), (a, b)
+
+
+def test_decision_map_default_axes_cover_the_region_that_fits(tmp_path, capsys):
+    # Llama-2-7B fp16 on a 24 GB RTX 4090: 13.5 GB of weights leave ~10 GB of KV at 0.5 MB per token
+    # (32 layers × 4096 × 2 × 2 B), about 20k tokens in all: batch 64 fits only at 128-token contexts and
+    # batch 1 reaches 16k. The old fixed grid (batch 1..512 × context 128..32k) was 59 of 90 cells "nothing fits".
+    out = str(tmp_path / "dm.png")
+    rc, text, err = run_cli(capsys, "plot", "decision-map", "model=llama-2-7b", "hardware=rtx-4090",
+                            "acceptance_rate=0.75", "gen_len=16", "--output", out, "--format", "json")
+    assert rc == 0, err
+    import json
+    s = json.loads(text)
+    assert s["batch_sizes"].split(",")[-1] == "64" and s["contexts"].split(",")[-1] == "16384"
+    cells = len(s["batch_sizes"].split(",")) * len(s["contexts"].split(","))
+    assert s["cells_nothing_fits"] / cells < 0.5
