@@ -255,3 +255,23 @@ def test_decision_map_default_axes_cover_the_region_that_fits(tmp_path, capsys):
     assert s["batch_sizes"].split(",")[-1] == "64" and s["contexts"].split(",")[-1] == "16384"
     cells = len(s["batch_sizes"].split(",")) * len(s["contexts"].split(","))
     assert s["cells_nothing_fits"] / cells < 0.5
+
+
+def test_probe_quick_says_how_far_to_trust_it(tmp_path):
+    from costmodel.analysis.probe import NOISY_SPREAD, probe
+    res = probe(str(tmp_path / "q.yaml"), quick=True, device="cpu")
+    assert res["quick"] is True
+    assert set(res["spread"]) >= {"bandwidth", "matrix"} and all(v >= 1.0 for v in res["spread"].values())
+    worst = max(res["spread"].values())
+    assert f"differed by up to {worst:.1f}×" in res["trust"]
+    assert "without --quick" in res["trust"] and "Trust: quick probe" in open(tmp_path / "q.yaml").read()
+    assert ("noisy:" in res["trust"]) == (worst > NOISY_SPREAD)
+
+
+def test_probe_bandwidth_copy_is_larger_than_the_cache(tmp_path):
+    # a copy that fits in the last-level cache measures the cache: quick used 32 MiB arrays, which a
+    # 32 MiB L3 holds; the copy now spans at least 4× the cache in both modes
+    from costmodel.analysis.probe import _llc_bytes, probe
+    res = probe(None, quick=True, device="cpu")
+    mib = float(res["hardware"]["sources"][0]["title"].split("copy of ")[1].split(" MiB")[0])
+    assert mib * 2 ** 20 >= 4 * _llc_bytes() * 0.999
