@@ -701,7 +701,9 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
     reason = top["reason"]
     if top["verdict"] == "impossible":
         base["bounds_broken"] = _every_bound(worst, named=len(results) > 1)
-        reason = "; ".join(base["bounds_broken"])
+        reason = "; ".join(base["bounds_broken"] + list(dict.fromkeys(
+            (f"{r['metric']}: " if len(results) > 1 else "") + r["acceptance_note"]
+            for r in worst if r.get("acceptance_note"))))
     elif len(results) > 1:
         reason = f"{top['metric']}: {reason}"
         if len(worst) > 1:
@@ -746,8 +748,9 @@ def _add_needed_alpha(fig, fields, rec, src, band, metric, cv, p, rel, compare) 
         return
     unit = "" if rel and compare == "ratio" else _unit(metric)
     fig["needed_acceptance_rate"] = None if alpha is None else round(alpha, 4)
-    fig["reason"] += "; " + acceptance_text(alpha, lo, hi, fields.get("acceptance_rate"), lambda x: _g(x, unit),
-                                            cv.kind)
+    fig["acceptance_note"] = acceptance_text(alpha, lo, hi, fields.get("acceptance_rate"), lambda x: _g(x, unit),
+                                             cv.kind)
+    fig["reason"] += "; " + fig["acceptance_note"]
 
 
 def _every_bound(figures: list, named: bool) -> list:
