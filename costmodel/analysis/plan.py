@@ -333,7 +333,7 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
                      ("parallelism", parallelism), ("margin", margin)):
         if val is not None:
             opts[key] = val
-    margins = margins_for(opts.get("margin"), targets)
+    margins = margins_for(opts.get("margin"), targets, rec_fields.get("batch_size") or None)
     given_targets, targets = targets, tightened(targets, margins)
     max_devices = _int_option(opts, "max_devices", 64, 1, 4096)
     max_batch = _int_option(opts, "max_batch", 1024, 1, 1 << 20)

@@ -76,14 +76,15 @@ def _band():
     return load_error_band()
 
 
-def margins_for(margin, targets: dict) -> dict:
-    """{target field: m}: ``margin`` None (no margin), 'band' (each target's metric's validation p90) or a
-    number 0 ≤ m < 1 for every target."""
+def margins_for(margin, targets: dict, batch_size=None) -> dict:
+    """{target field: m}: ``margin`` None (no margin), 'band' (each target's metric's validation p90, for
+    the regime of ``batch_size`` when given, as ``costmodel check`` uses it) or a number 0 ≤ m < 1 for
+    every target."""
     if margin is None:
         return {}
     if str(margin).strip().lower() == "band":
         band = _band()
-        return {k: band.for_metric(TARGETS[k][0])[0] for k in targets}
+        return {k: band.for_metric(TARGETS[k][0], batch_size)[0] for k in targets}
     try:
         m = float(margin)
     except (TypeError, ValueError):
@@ -112,7 +113,7 @@ def band_note(row: dict, targets: dict, margins: dict) -> str | None:
     close = []
     for k, limit in targets.items():
         out, sense = TARGETS[k]
-        b, basis = band.for_metric(out)
+        b, basis = band.for_metric(out, row.get("batch_size"))
         p = float(row[out])
         within = p > limit * (1.0 - b) if sense == "max" else p < limit * (1.0 + b)
         if within and margins.get(k, 0.0) < b:
