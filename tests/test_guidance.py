@@ -99,7 +99,7 @@ def _tpot_band(batch_size):
     """The band check uses for time_per_output_token_s, read from validation/error_band.yaml: the regime's
     p90 when it has ≥ 5 rows, else the metric's when it has ≥ 5, else the overall p90."""
     import yaml
-    from costmodel.analysis.claims import default_band_path
+    from costmodel.analysis.claims_load import default_band_path
     d = yaml.safe_load(open(default_band_path()))
     reg = (d.get("by_metric_regime") or {}).get("time_per_output_token_s", {}).get(
         "batch1_latency" if batch_size <= 1 else "batched_throughput")
@@ -136,7 +136,7 @@ def test_plan_margin_tightens_latency_targets():
 def test_plan_margin_band_reads_the_error_band_and_throughput_targets_rise():
     import yaml
     from costmodel import plan
-    from costmodel.analysis.claims import default_band_path
+    from costmodel.analysis.claims_load import default_band_path
     band = yaml.safe_load(open(default_band_path()))["by_metric"]["tokens_per_s"]
     rec = dict(model="llama-2-7b", hardware="a100-80gb", prompt_len=512, batch_size=32, runtime="compiled",
                target_tokens_per_s=1000)
@@ -193,7 +193,7 @@ SPEC = {"model": "llama-2-7b", "hardware": "a100-80gb", "batch_size": 1, "prompt
 
 def test_check_gives_the_acceptance_rate_a_speculative_claim_needs():
     from costmodel import evaluate
-    from costmodel.analysis.claims import load_error_band
+    from costmodel.analysis.claims_load import load_error_band
     at_06 = evaluate(dict(SPEC))["speedup_vs_ar"]                  # 2.22× at α = 0.6
     claimed = 1.1                            # above the 0.96× of α = 0, so some α gives it
     band = load_error_band().for_metric("speedup_vs_ar", 1)[0]

@@ -56,3 +56,29 @@ def acceptance_text(alpha: float | None, f_lo: float, f_hi: float, given, fmt, k
         return f"the claim holds only for an acceptance rate α {'below' if below else 'above'} {a}{have}"
     return (f"no acceptance rate reaches it: α from 0 to {ALPHA_MAX} gives {fmt(min(f_lo, f_hi))} to "
             f"{fmt(max(f_lo, f_hi))}{have}")
+
+
+def add_needed_alpha(fig, fields, rec, src, band, metric, cv, p, rel, compare) -> None:
+    """For a speculative or tree claim's figure: the acceptance rate at which the engine gives the claimed
+    value (``needed_acceptance_rate``, None when no α < 1 does; ``acceptance_note`` in words, also
+    appended to the figure's reason). Nothing when α does not move the figure or the record fixes the
+    per-rank acceptance (``rank_acceptance``)."""
+    from costmodel.analysis.claims_model import Predictor, fmt_figure, parse_claim_record, unit_of
+    if metric not in ALPHA_METRICS or rec.strategy not in ("speculative", "tree") or "rank_acceptance" in fields \
+            or cv.kind not in ("point", "range", "lt", "le", "gt", "ge") or not isinstance(p, (int, float)):
+        return
+    claimed = cv.lo if cv.kind != "range" else (cv.lo if p < cv.lo else cv.hi)
+    f = {k: v for k, v in fields.items() if k not in ("acceptance_rate", "mean_accepted_tokens")}
+
+    def value_at(a):
+        fa = dict(f, acceptance_rate=a)
+        pr = Predictor(fa, parse_claim_record(fa, src), band)
+        return pr.value(metric, rel, compare)[0] if rel else pr.value(metric)
+    alpha, lo, hi = needed_acceptance_rate(value_at, float(claimed))
+    if not moves_with_alpha(lo, hi):
+        return
+    unit = "" if rel and compare == "ratio" else unit_of(metric)
+    fig["needed_acceptance_rate"] = None if alpha is None else round(alpha, 4)
+    fig["acceptance_note"] = acceptance_text(alpha, lo, hi, fields.get("acceptance_rate"),
+                                             lambda x: fmt_figure(x, unit), cv.kind)
+    fig["reason"] += "; " + fig["acceptance_note"]

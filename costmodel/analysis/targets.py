@@ -72,7 +72,7 @@ def split_targets(fields: dict) -> tuple[dict, dict, dict]:
 # ----------------------------------------------------------------------------- safety margin
 
 def _band():
-    from costmodel.analysis.claims import load_error_band
+    from costmodel.analysis.claims_load import load_error_band
     return load_error_band()
 
 
