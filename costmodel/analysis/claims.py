@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.errors import InputError
+from costmodel.inputs import rules
 from costmodel.inputs.record import STRATEGIES, parse_record
 
 SEVERITY = {"not_checkable": 0, "consistent": 1, "optimistic": 2, "pessimistic": 2, "inconsistent": 3,
@@ -601,14 +602,14 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
     tau, alpha = fields.get("mean_accepted_tokens"), fields.get("acceptance_rate")
     if strat in ("speculative", "spec") and tau is not None:
         g = float(fields.get("gamma", 4))
-        if float(tau) > g + 1:
+        if rules.tau_exceeds_chain(float(tau), g):
             pre.append(("impossible", "mean_accepted_tokens",
                         f"τ = {float(tau):g} tokens per step from a chain of γ = {g:g} drafts exceeds γ + 1 = {g + 1:g}"))
             fields["mean_accepted_tokens"] = g + 1.0
         elif alpha is not None:
             from costmodel.engine.acceptance import chain_tokens_per_step
             implied = float(chain_tokens_per_step(float(alpha), g))
-            if abs(implied - float(tau)) > 0.05 * float(tau):
+            if rules.taus_disagree(implied, float(tau)):
                 pre.append(("inconsistent", "mean_accepted_tokens",
                             f"α = {float(alpha):g} at γ = {g:g} gives τ = {implied:.2f}, but the claim states τ = {float(tau):g}"))
                 fields.pop("mean_accepted_tokens")

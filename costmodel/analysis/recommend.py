@@ -112,7 +112,8 @@ def acceptance_of(fields: dict) -> tuple[float, str | None]:
         from costmodel.engine.acceptance import alpha_from_tau
         g = int(float(fields.get("gamma") or 4))
         t = float(tau)
-        if not 1.0 <= t <= g + 1:
+        from costmodel.inputs.rules import tau_exceeds_chain
+        if t < 1.0 or tau_exceeds_chain(t, g):
             raise InputError(f"out of range: {t}", field="mean_accepted_tokens", allowed=f"1 <= τ <= gamma + 1 = {g + 1}")
         a = float(alpha_from_tau(t, g))
         return a, f"α = {a:.3f} from τ = {t:g} at γ = {g}"

@@ -8,11 +8,11 @@
 
 Rows are the Cartesian product of the axes in the order given (the last axis varies fastest,
 like ``itertools.product``); each row equals ``evaluate(base_record | that row's axis values)``.
-Columns: the axes (their parsed values), then every key ``evaluate()`` returns (DESIGN §4 outputs
-and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
+Columns: the axes (their parsed values), then every key ``evaluate()`` returns (the outputs of
+docs/design.md and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
 ``tree_depth``), the column holds the axis value; ``evaluate()`` would report the resolved one.
 
-How it is evaluated (DESIGN §6: no Python loop per row):
+How it is evaluated (no Python loop per row):
 
 * The grid is grouped by the axes that fix the model, hardware, runtime, strategy, dtypes, devices,
   tree shape, … (everything but :data:`costmodel.engine.evaluate.NUMERIC_AXES`). Each group is one call of
@@ -29,10 +29,10 @@ How it is evaluated (DESIGN §6: no Python loop per row):
   tree per configuration and is evaluated row by row.
 * Validation: each group's record goes through :func:`costmodel.inputs.record.parse_record` (a real
   row of the grid: the group's values and the first value of every numeric axis); each distinct
-  numeric axis value is converted once with the limits of ``record.py``; the checks that tie
-  numeric fields together (``shared_prefix_len <= prompt_len``, 1 <= τ <= γ+1, α and τ agreeing)
-  run vectorised over the grid, and the first offending row is re-parsed so that the message is
-  exactly ``parse_record``'s, naming the axis.
+  numeric axis value is converted once with its type and range from :mod:`costmodel.inputs.fields`;
+  the rules that tie numeric fields together (:mod:`costmodel.inputs.rules`: ``shared_prefix_len <=
+  prompt_len``, τ <= γ+1, α and τ agreeing) run vectorised over the grid, and the first offending
+  row is re-parsed so that the message is exactly ``parse_record``'s, naming the axis.
 
 ``engine="dask"`` cuts the grid into chunks of about ``chunk_rows`` rows and evaluates them on a
 ``dask.distributed`` cluster (a ``LocalCluster`` by default, or the scheduler address / Client
@@ -54,7 +54,9 @@ from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import NUMERIC_AXES, evaluate, evaluate_arrays
 from costmodel.engine.roofline import BOUNDS, operator_rows
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
+from costmodel.inputs import rules
+from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.record import Record, _empty, convert, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -169,8 +171,7 @@ def _plan_axes(base: dict, axes: dict) -> list[_Axis]:
         numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
         ax = _Axis(name, vals, numeric)
         if numeric:
-            conv = _as_int if name in INT_FIELDS else _as_float
-            ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
+            ax.values = [convert(name, v, _SOURCE) for v in vals]     # type and range, once per value
         else:
             ax.values = [None] * len(vals)
         out.append(ax)
@@ -250,49 +251,24 @@ def _arrays_for(block: _Block, axes: dict, sl: dict | None = None) -> dict:
 
 
 def _check_block(block: _Block, arrays: dict) -> None:
-    """Vectorised form of record.py's range checks and the checks that tie numeric fields
-    together; the first offending row is re-parsed so the error is parse_record's own."""
+    """The numeric cross-field rules of :mod:`costmodel.inputs.rules` over the grid (each axis value's own
+    type and range were checked when the axis was parsed); the first offending row is re-parsed so
+    the error is parse_record's own."""
     if not arrays:
         return
     rec = block.rec
-
-    def get(name):
-        if name in arrays:
-            return arrays[name]
-        v = getattr(rec, name)
-        return None if v is None else np.asarray(float(v))
-
-    bad = None
-    P, Ps = get("prompt_len"), get("shared_prefix_len")
-    if "prompt_len" in arrays or "shared_prefix_len" in arrays:
-        bad = _or(bad, Ps > P)
-    tau, alpha, g = get("mean_accepted_tokens"), get("acceptance_rate"), get("gamma")
-    if "acceptance_rate" in arrays:
-        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0))
-    if "mean_accepted_tokens" in arrays:
-        bad = _or(bad, tau < 1.0)
-    if rec.strategy == "speculative":
-        if tau is not None and ({"mean_accepted_tokens", "gamma"} & arrays.keys()):
-            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0))
-        if tau is not None and alpha is not None and ({"mean_accepted_tokens", "gamma", "acceptance_rate"}
-                                                      & arrays.keys()):
-            from costmodel.engine.acceptance import chain_tokens_per_step
-            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau)
+    bad = rules.grid_violations(rec, arrays)
     if bad is None or not np.any(bad):
         return
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
     row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
            for k, name in enumerate(block.vec)}
-    row = {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in row.items()}
+    row = {k: (int(v) if BY_NAME[k].kind == "int" else float(v)) for k, v in row.items()}
     d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
     d.update(row)
     parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
     raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover
-
-
-def _or(a, b):
-    return b if a is None else (a | b)
 
 
 # ----------------------------------------------------------------------------------------- columns
@@ -527,7 +503,7 @@ def _map(fn, items, workers: int):
 def _axis_array(a: _Axis) -> np.ndarray:
     vals = a.values
     if a.numeric:
-        return np.asarray(vals, dtype=np.int64 if a.name in INT_FIELDS else float)
+        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
     if all(isinstance(v, bool) for v in vals):
         return np.asarray(vals, dtype=bool)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
@@ -582,7 +558,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
           workers: int | None = None, output=None, progress=None, **axes):
     """Evaluate the Cartesian grid of ``axes`` over ``base_record`` -> ``pandas.DataFrame``.
 
-    ``base_record``: a record mapping (DESIGN §4) with the fields that do not vary.
+    ``base_record``: a record mapping (fields: ``costmodel eval --help``) with the fields that do not vary.
     ``axes``: field -> values (list/range/array, or text ``"1,8,64"`` / ``"16:16000:16"``; see
     :func:`parse_axis`). Row i equals ``evaluate(base_record | row i's axis values)``: the same
     formulas and floating-point operations, run on arrays (module docstring).
