@@ -5,7 +5,8 @@
     >>> r["bound"]
     'memory'
 
-Public API (DESIGN §6): evaluate, sweep, check, validate, recommend, load_hardware, load_model.
+Public API (docs/design.md, "Python API"): evaluate, sweep, check, validate, recommend, plan, load_hardware,
+load_model, load_runtime, parse_record; ``costmodel.plots`` (decision_map, roofline, sweep) loads on first use.
 """
 
 from costmodel.analysis.claims import check

@@ -13,3 +13,17 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 @pytest.fixture
 def data_dir():
     return DATA
+
+
+@pytest.fixture(scope="session")
+def measurements():
+    """The project's validation rows (validation/measurements.csv), parsed."""
+    from costmodel.calibration.validate import load_measurements
+    return load_measurements()
+
+
+@pytest.fixture(scope="session")
+def loso(measurements):
+    """The held-out run (leave-one-source-out refits, a few seconds), shared by the validation and README tests."""
+    from costmodel.calibration import calibrate
+    return calibrate.leave_one_source_out(measurements)

@@ -1,4 +1,4 @@
-"""Claim checking: ``check(claims)`` -> a verdict per claim (DESIGN §4–§5; user guide: docs/decisions.md).
+"""Claim checking: ``check(claims)`` -> a verdict per claim (verdicts: docs/design.md, "Command line"; user guide: docs/decisions.md).
 
 A claim is a record plus ``id``, ``text`` and either ``metric`` + ``value`` or ``values`` (a mapping
 metric -> value, or a list of ``{metric, value, text}``). Values: a number, a ``[low, high]`` range,

@@ -1,4 +1,4 @@
-"""Capacity planning (DESIGN §5 ``costmodel plan``): the fewest devices and/or the largest batch that
+"""Capacity planning (``costmodel plan``): the fewest devices and/or the largest batch that
 fit and meet a target, and the cheapest of several hardware options given prices per device-hour.
 
 Targets are record-like fields, split off before the record is validated:

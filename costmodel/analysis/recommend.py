@@ -1,4 +1,4 @@
-"""Which strategy to use: ``recommend(record)`` (DESIGN §5), with or without a hardware profile.
+"""Which strategy to use: ``recommend(record)``, with or without a hardware profile.
 
 Candidates (one *family* per strategy, each tuned for the record):
 
@@ -512,7 +512,7 @@ def recommend_blind(fields: dict, hardware: list, objective: str = "tokens_per_s
 # --------------------------------------------------------------------------- entry point
 def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None = None, samples: int = 64,
               seed: int = 0, hardware_list=None) -> dict:
-    """Best strategy for ``record`` (mapping of DESIGN §4 fields; ``strategy`` is ignored).
+    """Best strategy for ``record`` (a mapping of record fields; ``strategy`` is ignored).
 
     With ``hardware``: ``{"recommended", "reason", "candidates": [...]}`` — one candidate per strategy
     (its best configuration, figures and ``ratio_to_best``). Without: hardware-blind over the zoo
