@@ -26,5 +26,18 @@ from costmodel.calibration.validate import validate
 
 __version__ = "0.1.0"
 
+
+
+def __getattr__(name):
+    """``costmodel.plots`` (:mod:`costmodel.analysis.plots`: decision_map, roofline, sweep) is imported on
+    first use, so that ``import costmodel`` does not load the plotting code."""
+    if name == "plots":
+        import importlib
+        mod = importlib.import_module("costmodel.analysis.plots")
+        globals()["plots"] = mod
+        return mod
+    raise AttributeError(f"module 'costmodel' has no attribute {name!r}")
+
+
 __all__ = ["evaluate", "sweep", "check", "validate", "recommend", "plan", "load_hardware", "load_model",
            "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS"]
