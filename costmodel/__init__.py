@@ -5,8 +5,9 @@
     >>> r["bound"]
     'memory'
 
-Public API (docs/design.md, "Python API"): evaluate, sweep, check, validate, recommend, plan, load_hardware,
-load_model, load_runtime, parse_record; ``costmodel.plots`` (decision_map, roofline, sweep) loads on first use.
+Public API (docs/design.md, "Python API"): evaluate, sweep, check, validate, recommend, plan, serve,
+load_hardware, load_model, load_runtime, parse_record; ``costmodel.plots`` (decision_map, roofline, sweep)
+loads on first use.
 """
 
 from costmodel.analysis.claims import check
@@ -23,9 +24,9 @@ from costmodel.inputs.runtime import load_runtime
 # of the same name (costmodel.sweep, costmodel.plan, costmodel.validate are both).
 from costmodel.analysis.sweep import sweep
 from costmodel.calibration.validate import validate
+from costmodel.serving.api import serve
 
 __version__ = "0.1.0"
-
 
 
 def __getattr__(name):
@@ -40,4 +41,4 @@ def __getattr__(name):
 
 
 __all__ = ["evaluate", "sweep", "check", "validate", "recommend", "plan", "load_hardware", "load_model",
-           "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS"]
+           "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS", "serve"]

@@ -26,8 +26,8 @@ def gen():
 
 
 @pytest.fixture(scope="module")
-def sections(gen, loso):
-    return gen.compute_sections(loso)
+def sections(gen, lopo, loso):
+    return gen.compute_sections(lopo, loso)
 
 
 def test_generated_sections_are_up_to_date(gen, sections):
@@ -53,10 +53,10 @@ def test_readme_quotes_what_validate_prints(gen, capsys):
         assert f"**{f} %**" in readme, (f, first)
 
 
-def test_error_band_is_the_current_held_out_run(loso):
+def test_error_band_is_the_current_held_out_run(lopo):
     """The held-out figures validate prints (error_band.yaml, written by --report) are today's."""
     band = yaml.safe_load((VALIDATION_DIR / "error_band.yaml").read_text())["overall"]
-    s = summarize(loso["rows"])
+    s = summarize(lopo["rows"])
     assert band["n"] == s["n"]
     for k in ("median_abs_rel_error", "p90_abs_rel_error", "within_25pct"):
         assert band[k] == round(s[k], 4), (k, "rerun: costmodel validate --report")
