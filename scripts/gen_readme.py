@@ -48,7 +48,7 @@ def validation_section(held_out: dict, by_table: dict, in_sample: dict, in_sampl
     """``held_out``, ``by_table``, ``in_sample``: :func:`costmodel.calibration.validate.summarize` of the
     leave-one-publication-out rows (the headline), the leave-one-table-out rows and ``validate()``'s
     rows; ``in_sample_rows``: ``validate()["rows"]``."""
-    from costmodel.calibration.calibrate import GOALS, goals_met
+    from costmodel.calibration.report import GOALS, goals_met
     from costmodel.inputs.hardware import load_hardware
     from costmodel.inputs.runtime import load_runtime
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import costmodel
-from costmodel.calibration import calibrate
+from costmodel.calibration import calibrate, report
 from costmodel.cli.main import main
 from costmodel.errors import InputError
 from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, parse_measurement, predict, summarize, validate)
@@ -20,8 +20,8 @@ from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, p
 ROOT = Path(__file__).resolve().parent.parent
 CSV = VALIDATION_DIR / "measurements.csv"
 
-# Regression guard on the held-out (leave-one-source-out) errors: the project's goals (10 % / 30 % /
-# 80 %, test_held_out_goals_met) and, for the share within 25 %, a little below what the model reaches
+# Regression guard on the leave-one-table-out errors: the goals first set for them (10 % / 30 % /
+# 80 %) and, for the share within 25 %, a little below what the model reaches
 # today. History (median / p90 / within 25 %, validation/REPORT.md): 12.8 / 36.2 / 72.7 at the start
 # of 2026-11-30; 12.3 / 35.6 / 73.7 with the runtimes' quantised weight formats and the auto all-reduce;
 # 11.3 / 33.7 / 79.8 with the per-step host work of speculation; 11.2 / 32.1 / 81.8 with the per-SM
@@ -197,14 +197,14 @@ def test_error_band_file_shape():
 
 
 def test_report_files(loso, measurements, tmp_path):
-    written = calibrate.write_report(loso, measurements, tmp_path, files=["validation/measurements.csv"])
+    written = report.write_report(loso, measurements, tmp_path, files=["validation/measurements.csv"])
     names = {Path(w).name for w in written}
-    assert names == {"REPORT.md", calibrate.PLOT_NAME, "error_band.yaml"}
+    assert names == {"REPORT.md", report.PLOT_NAME, "error_band.yaml"}
     text = (tmp_path / "REPORT.md").read_text()
     assert "Worst 10 rows" in text and "By strategy" in text and "By hardware" in text
     worst = text.split("## Worst 10 rows")[1].split("##")[0]
     assert worst.count("\n| VP") + worst.count("\n| KV") >= 10
-    assert (tmp_path / calibrate.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / report.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
     band = yaml.safe_load((tmp_path / "error_band.yaml").read_text())
     assert band["overall"]["n"] == summarize(loso["rows"])["n"]
 
