@@ -43,6 +43,7 @@ given as ``scheduler``); with ``output`` the workers write partitioned Parquet
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -54,6 +55,7 @@ from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import NUMERIC_AXES, evaluate, evaluate_arrays
 from costmodel.engine.roofline import BOUNDS, operator_rows
+from costmodel.inputs.outputs import atomic_open, staged_dir
 from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
@@ -64,6 +66,13 @@ CHUNK_ROWS = 1 << 15
 #: rows per Dask task (each task evaluates its rows in CHUNK_ROWS pieces): 2**20 rows of ~45
 #: columns is ~0.4 GB of results per task
 DEFAULT_CHUNK_ROWS = 1 << 20
+#: most values one axis may have (a range is counted before its values are built)
+MAX_AXIS_VALUES = 1_000_000
+#: most rows one grid may have
+MAX_GRID_ROWS = 1 << 31
+#: memory one collected row needs, with headroom: ~40 columns × 8 bytes in the result, the same
+#: again while the columns are assembled, and the CSV/Parquet writer's copy
+BYTES_PER_ROW = 1024
 LIST_FIELDS = ("rank_acceptance", "tree_parents")
 ENGINES = ("numpy", "dask")
 #: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
@@ -101,13 +110,18 @@ def _parse_axis_text(name: str, text: str) -> list:
     if s.count(":") in (1, 2):
         parts = s.split(":")
         try:
-            start, stop = float(parts[0]), float(parts[1])
+            start, stop = _range_number(parts[0]), _range_number(parts[1])
         except ValueError:
             return [s]
+        if not (math.isfinite(start) and math.isfinite(stop)):
+            raise InputError(f"a range needs finite ends, got {_cut(s)}", source=_SOURCE, field=name,
+                             allowed="START:STOP with finite numbers, e.g. 1:1024")
         step_txt = parts[2].strip() if len(parts) == 3 else "1"
         geometric = step_txt.startswith(("*", "x"))
         try:
-            step = float(step_txt[1:] if geometric else step_txt)
+            step = _range_number(step_txt[1:] if geometric else step_txt)
+            if not math.isfinite(step):
+                raise ValueError(step_txt)
         except ValueError:
             raise InputError(f"bad range step {step_txt!r}", source=_SOURCE, field=name,
                              allowed="START:STOP, START:STOP:STEP or START:STOP:*FACTOR (STOP included)") from None
@@ -116,16 +130,40 @@ def _parse_axis_text(name: str, text: str) -> list:
                 raise InputError(f"bad geometric range {s!r}", source=_SOURCE, field=name,
                                  allowed="START > 0 and FACTOR > 1, e.g. 1:1024:*2")
             n = int(math.floor(math.log(stop / start) / math.log(step) + 1e-9)) + 1 if stop >= start else 0
+            _check_count(name, s, n)
             vals = [start * step ** i for i in range(max(n, 0))]
         else:
             if step <= 0:
                 raise InputError(f"range step must be > 0, got {step_txt!r}", source=_SOURCE, field=name)
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1 if stop >= start else 0
+            count = math.floor((stop - start) / step + 1e-9) + 1 if stop >= start else 0
+            _check_count(name, s, count)
+            n = int(count)
             vals = [start + step * i for i in range(max(n, 0))]
         if not vals:
             raise InputError(f"empty range {s!r}", source=_SOURCE, field=name, allowed="START <= STOP")
         return [_tidy(v) for v in vals]
     return [s]
+
+
+def _range_number(text: str) -> float:
+    """A range's START/STOP/STEP: ASCII digits only (``float`` would read Arabic-Indic or full-width
+    digits), refused with ValueError otherwise."""
+    t = text.strip()
+    if not t.isascii():
+        raise ValueError(t)
+    return float(t)
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
+def _check_count(name: str, text: str, count) -> None:
+    """A range of more than MAX_AXIS_VALUES values is refused before any value is built."""
+    if count > MAX_AXIS_VALUES:
+        raise InputError(f"the range {_cut(text)} has {count:.4g} values", source=_SOURCE, field=name,
+                         allowed=f"at most {MAX_AXIS_VALUES:,} values per axis (and {MAX_GRID_ROWS:,} rows "
+                                 "per grid)")
 
 
 def _tidy(v: float):
@@ -136,7 +174,44 @@ def _tidy(v: float):
 
 def grid_size(**axes) -> int:
     """Number of rows of the grid of ``axes`` (values as for :func:`sweep`)."""
-    return int(np.prod([len(parse_axis(k, v)) for k, v in axes.items()], dtype=np.int64))
+    return math.prod(len(parse_axis(k, v)) for k, v in axes.items())
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (Linux), else free physical pages × page size, else None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_grid(lengths: dict, in_memory: bool = True) -> int:
+    """Rows of a grid with axes of ``lengths`` (name -> number of values), refused before any
+    evaluation when there is no axis, when it exceeds MAX_GRID_ROWS, or (``in_memory``: the rows
+    are collected in this process) when rows × BYTES_PER_ROW exceeds the available memory."""
+    if not lengths:
+        raise InputError("a sweep needs at least one axis", source=_SOURCE, field="axes",
+                         allowed="a field with several values (batch_size=1,8,64) or a range (prompt_len=16:4096:16)")
+    rows = math.prod(lengths.values())
+    if rows > MAX_GRID_ROWS:
+        raise InputError(f"the grid has {rows:.4g} rows ({' × '.join(str(n) for n in lengths.values())})",
+                         source=_SOURCE, field=max(lengths, key=lengths.get),
+                         allowed=f"at most {MAX_GRID_ROWS:,} rows per grid")
+    avail = available_memory_bytes() if in_memory else None
+    if avail is not None and rows * BYTES_PER_ROW > avail:
+        raise InputError(f"the grid has {rows:,} rows, about {rows * BYTES_PER_ROW / 1e9:.3g} GB in memory, but "
+                         f"{avail / 1e9:.3g} GB are available", source=_SOURCE,
+                         field=max(lengths, key=lengths.get),
+                         allowed="fewer rows, or engine='dask' with an output path (the rows are then never "
+                                 "collected in one process)")
+    return rows
 
 
 # ----------------------------------------------------------------------------------------- plan
@@ -160,12 +235,19 @@ class _Block:
     label: str = ""
 
 
-def _plan_axes(base: dict, axes: dict) -> list[_Axis]:
-    out = []
-    for name, spec in axes.items():
-        vals = parse_axis(name, spec)
+def _plan_axes(base: dict, axes: dict, in_memory: bool = True) -> list[_Axis]:
+    if not isinstance(axes, dict):
+        raise InputError(f"axes must be a mapping of field: values, got {type(axes).__name__}", source=_SOURCE,
+                         field="axes")
+    parsed = {name: parse_axis(name, spec) for name, spec in axes.items()}
+    for name, vals in parsed.items():
         if not vals:
             raise InputError("an axis needs at least one value", source=_SOURCE, field=name)
+        if len(vals) > MAX_AXIS_VALUES:
+            _check_count(name, f"<{len(vals)} values>", len(vals))
+    check_grid({k: len(v) for k, v in parsed.items()}, in_memory)
+    out = []
+    for name, vals in parsed.items():
         numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
         ax = _Axis(name, vals, numeric)
         if numeric:
@@ -400,9 +482,9 @@ class _Columns:
 
 # ----------------------------------------------------------------------------------------- engine
 
-def _plan(base: dict, axes_in: dict):
+def _plan(base: dict, axes_in: dict, in_memory: bool = True):
     """Parse the axes and the groups' records and run every check, before any evaluation."""
-    axes_l = _plan_axes(base, axes_in)
+    axes_l = _plan_axes(base, axes_in, in_memory)
     axes = {a.name: a for a in axes_l}
     blocks = _blocks(base, axes_l)
     names = [a.name for a in axes_l]
@@ -600,8 +682,12 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     ``progress``: ``callable(rows_done, rows_total)``.
     """
     base = _base_dict(base_record)
-    if chunk_rows is not None and (not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1):
-        raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}", source=_SOURCE)
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer))
+                                   or chunk_rows < 1):
+        raise InputError(f"chunk_rows must be a positive integer, got {_short_value(chunk_rows)}", source=_SOURCE,
+                         field="chunk_rows")
+    if engine in (None, "numpy", "local", "dask"):
+        output = check_output(output, engine)
     if engine in (None, "numpy", "local"):
         df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers))
         if output is not None:
@@ -616,9 +702,23 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
 def _workers(n, default=None) -> int:
     if n is None:
         return default if default is not None else max(1, min(os.cpu_count() or 1, 8))
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"workers must be a positive integer, got {n!r}", source=_SOURCE, field="workers")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"workers must be a positive integer, got {_short_value(n)}", source=_SOURCE,
+                         field="workers")
+    most = max_workers()
+    if n > most:
+        raise InputError(f"workers = {int(n)} is more than this machine's {os.cpu_count() or 1} CPUs", source=_SOURCE,
+                         field="workers", allowed=f"1 to {most} (the CPU count, at least 2)")
     return int(n)
+
+
+def max_workers() -> int:
+    """Most sweep workers: the CPU count (each worker is a busy process), at least 2."""
+    return max(2, os.cpu_count() or 1)
+
+
+def _short_value(v) -> str:
+    return repr(v) if isinstance(v, (int, float, np.integer, np.floating)) else f"a {type(v).__name__}"
 
 
 def _base_dict(base_record) -> dict:
@@ -645,38 +745,65 @@ def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers
     return pd.DataFrame(data, copy=False)
 
 
-def write_frame(df, path, append: bool = False) -> str:
-    """Write ``df`` to ``path`` (``.parquet`` with pyarrow, or ``.csv``); returns the path."""
-    p = os.fspath(path)
-    low = p.lower()
-    if low.endswith((".parquet", ".pq")):
+OUTPUT_TYPES = (".csv", ".parquet", ".pq")
+
+
+def check_output(output, engine: str = "numpy") -> str | None:
+    """``output`` checked before any row is computed (known extension, existing writable folder);
+    with the Dask engine a path not ending in .csv is a directory of Parquet parts."""
+    if output is None:
+        return None
+    from costmodel.inputs.outputs import check_output_path
+    dask_dir = engine == "dask" and not (isinstance(output, (str, os.PathLike))
+                                         and os.fspath(output).lower().endswith(".csv"))
+    p = check_output_path(output, None if dask_dir else OUTPUT_TYPES, field="output", directory_ok=dask_dir)
+    if not p.lower().endswith(".csv"):
         _need_parquet()
-        df.to_parquet(p, index=False)
-    elif low.endswith(".csv"):
-        _write_csv(df, p, append)
-    else:
-        raise InputError("unknown output type", source=p, allowed="a path ending in .csv or .parquet")
     return p
 
 
-def _write_csv(df, path: str, append: bool) -> None:
-    """CSV with pyarrow's writer when installed (about 8x faster than pandas on wide frames; booleans
-    as true/false), else pandas'. Values round-trip exactly either way."""
+def write_frame(df, path) -> str:
+    """Write ``df`` to ``path`` (``.parquet`` with pyarrow, or ``.csv``) atomically: a temporary file
+    in the same folder replaces ``path`` only when complete. Returns the path."""
+    from costmodel.inputs.outputs import atomic_open, atomic_path
+    p = check_output(path)
+    if p.lower().endswith((".parquet", ".pq")):
+        with atomic_path(p) as tmp:
+            df.to_parquet(tmp, index=False)
+    else:
+        with atomic_open(p, "wb") as fh:
+            _write_csv(df, fh, header=True)
+    return p
+
+
+def _write_csv(df, fh, header: bool) -> None:
+    """CSV rows of ``df`` to the binary file ``fh``, text cells made safe for spreadsheets
+    (:func:`costmodel.inputs.outputs.spreadsheet_safe`). pyarrow's writer when installed (about 8x
+    faster than pandas on wide frames; booleans as true/false), else pandas'. Values round-trip
+    exactly either way."""
+    from costmodel.inputs.outputs import spreadsheet_safe
+    df = spreadsheet_safe(df)
     try:
         import pyarrow as pa
         import pyarrow.csv as pacsv
     except ImportError:
-        df.to_csv(path, index=False, mode="a" if append else "w", header=not append)
+        import io
+        text = io.StringIO()
+        df.to_csv(text, index=False, header=header)
+        fh.write(text.getvalue().encode())
         return
     table = pa.Table.from_pandas(df, preserve_index=False)
     try:
         opts = pacsv.WriteOptions(include_header=False, quoting_style="needed")
     except TypeError:                       # older pyarrow: strings quoted
         opts = pacsv.WriteOptions(include_header=False)
-    with open(path, "ab" if append else "wb") as fh:
-        if not append:
-            fh.write((",".join(str(c) for c in df.columns) + "\n").encode())
-        pacsv.write_csv(table, fh, opts)
+    if header:
+        import csv
+        import io
+        line = io.StringIO()
+        csv.writer(line, lineterminator="\n").writerow([str(c) for c in df.columns])
+        fh.write(line.getvalue().encode())
+    pacsv.write_csv(table, fh, opts)
 
 
 def _need_parquet():
@@ -716,9 +843,9 @@ def _chunks(axes: dict, chunk_rows: int) -> list[dict]:
     return out
 
 
-def _schema(base: dict, axes: dict) -> tuple[list, dict]:
+def _schema(base: dict, axes: dict, in_memory: bool = True) -> tuple[list, dict]:
     """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema)."""
-    axes_l, axes_d, names, blocks = _plan(base, axes)
+    axes_l, axes_d, names, blocks = _plan(base, axes, in_memory)
     cols: list = list(names)
     kinds: dict = {n: _kind_of(_axis_array(a)) for n, a in zip(names, axes_l)}
     seen: dict = {}
@@ -756,22 +883,21 @@ def _dask_task(base: dict, sub_axes: dict, workers: int, columns: list, dtypes: 
 
 
 def _prepare_parts_dir(out: str, n: int) -> list:
-    """Create the Parquet directory (a local path, or an fsspec URL such as s3://bucket/grid.parquet),
-    remove parts of an earlier run, and return the n part paths (absolute, as workers see them)."""
-    if "://" in out:
-        from fsspec.core import url_to_fs
-        fs, root = url_to_fs(out)
-        fs.makedirs(root, exist_ok=True)
-        for f in fs.ls(root, detail=False):
-            name = f.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith("part.") and name.endswith(".parquet"):
-                fs.rm(f)
-        return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):                     # parts of an earlier run would mix in
-        if f.startswith("part.") and f.endswith(".parquet"):
-            os.remove(os.path.join(out, f))
-    return [os.path.join(os.path.abspath(out), f"part.{i:05d}.parquet") for i in range(n)]
+    """An fsspec URL (such as s3://bucket/grid.parquet): create the directory, remove parts of an
+    earlier run, and return the n part paths. (A local path is written to a staging directory
+    instead: :func:`costmodel.inputs.outputs.staged_dir`.)"""
+    from fsspec.core import url_to_fs
+    fs, root = url_to_fs(out)
+    fs.makedirs(root, exist_ok=True)
+    for f in fs.ls(root, detail=False):
+        name = f.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith("part.") and name.endswith(".parquet"):
+            fs.rm(f)
+    return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
+
+
+def _local_parts(folder: str, n: int) -> list:
+    return [os.path.join(os.path.abspath(folder), f"part.{i:05d}.parquet") for i in range(n)]
 
 
 def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progress, workers: int = 1):
@@ -783,17 +909,29 @@ def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, prog
                          source=_SOURCE, field="engine") from None
     import pandas as pd
 
-    columns, dtypes = _schema(base, axes)         # validates the whole grid here, before any task
+    columns, dtypes = _schema(base, axes, in_memory=output is None)       # validates the whole grid here, before any task
     chunks = _chunks(axes, chunk_rows)
     sizes = [int(np.prod([len(parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
     total = sum(sizes)
     out = None if output is None else os.fspath(output)
     to_csv = out is not None and out.lower().endswith(".csv")
-    parts = None
-    if out is not None and not to_csv:
-        _need_parquet()
-        parts = _prepare_parts_dir(out, len(chunks))
+    with contextlib.ExitStack() as stack:
+        parts = None
+        if out is not None and not to_csv:
+            if "://" in out:
+                parts = _prepare_parts_dir(out, len(chunks))
+            else:           # parts go to a staging directory that replaces ``out`` when complete
+                parts = _local_parts(stack.enter_context(staged_dir(out)), len(chunks))
+        fh = stack.enter_context(atomic_open(out, "wb")) if to_csv else None
+        return _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh,
+                         out, progress, Client, LocalCluster, as_completed)
 
+
+def _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh, out, progress,
+              Client, LocalCluster, as_completed):
+    import pandas as pd
+
+    to_csv = fh is not None
     cluster = client = None
     if isinstance(scheduler, Client):
         client = scheduler
@@ -824,7 +962,7 @@ def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, prog
         if to_csv:
             done = 0
             for i, f in enumerate(futures):       # in row order, one chunk in memory at a time
-                write_frame(f.result(), out, append=i > 0)
+                _write_csv(f.result(), fh, header=i == 0)
                 f.release()
                 done += sizes[i]
                 if progress is not None:

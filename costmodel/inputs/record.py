@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from costmodel.errors import InputError, suggest
+from costmodel.errors import InputError, shown, shown_text, suggest
 
 STRATEGIES = ("autoregressive", "speculative", "tree", "shared_prefix")
 DRAFT_KINDS = ("none", "medusa", "eagle", "self")
@@ -82,15 +82,19 @@ MAX_INT = {"batch_size": 1 << 20, "prompt_len": 1 << 24, "gen_len": 1 << 24, "n_
 
 
 def _short(v, limit: int = 40) -> str:
-    """A bad value as messages show it: command-line text as typed, anything else as its repr."""
-    r = v.strip() if isinstance(v, str) and v.strip() and v.strip() == v.strip().strip("'\"") else repr(v)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    """A bad value as messages show it: command-line text as typed, anything else as its repr
+    (cut before it is built: :func:`costmodel.errors.shown`)."""
+    if isinstance(v, str):
+        head = v[:limit + 8].strip()
+        if head and head == head.strip("'\""):
+            return shown_text(head if len(v) <= limit + 8 else head + "...", limit)
+    return shown(v, limit)
 
 
 def _as_number(name, v, src, what, allowed=None):
     """bool/str/int/float -> int or float, refusing non-numbers and non-finite values ('nan', 'inf')."""
     if isinstance(v, bool):
-        raise InputError(f"must be {what}, got {v!r}", source=src, field=name, allowed=allowed)
+        raise InputError(f"must be {what}, got {shown(v)}", source=src, field=name, allowed=allowed)
     if isinstance(v, str):
         s = v.strip().replace("_", "")
         try:
@@ -99,7 +103,7 @@ def _as_number(name, v, src, what, allowed=None):
             try:
                 v = float(s)
             except ValueError:
-                raise InputError(f"must be {what}, got {v!r}", source=src, field=name, allowed=allowed) from None
+                raise InputError(f"must be {what}, got {shown(v)}", source=src, field=name, allowed=allowed) from None
     if not isinstance(v, (int, float)):
         kind = {list: "a list", tuple: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
         raise InputError(f"must be {what}, got {kind} {_short(v)}", source=src, field=name, allowed=allowed)
@@ -210,7 +214,7 @@ def parse_record(data, source: str = "record", allow_meta: bool = False) -> Reco
                 if key == "strategy":
                     s = {"ar": "autoregressive", "spec": "speculative", "shared": "shared_prefix"}.get(s, s)
                 if s not in CHOICES[key]:
-                    raise InputError(f"unknown value {v!r}{suggest(s, CHOICES[key])}", source=source, field=key,
+                    raise InputError(f"unknown value {shown(v)}{suggest(s, CHOICES[key])}", source=source, field=key,
                                      allowed=", ".join(CHOICES[key]))
             kw[key] = s
     for req in ("model", "hardware", "batch_size", "prompt_len"):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.errors import InputError, suggest
+from costmodel.errors import InputError, shown, suggest
 
 
 class _Loader(yaml.SafeLoader):
@@ -28,7 +28,7 @@ class _Loader(yaml.SafeLoader):
         except Exception as exc:  # noqa: BLE001 - the safe constructors' ValueError/IndexError/... on odd scalars
             value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
             raise yaml.constructor.ConstructorError(
-                None, None, f"cannot read value {value!r} ({node.tag.rsplit(':', 1)[-1]}): {exc}",
+                None, None, f"cannot read value {_short(value)} ({node.tag.rsplit(':', 1)[-1]}): {exc}",
                 node.start_mark) from None
 
     def construct_mapping(self, node, deep=False):
@@ -39,7 +39,7 @@ class _Loader(yaml.SafeLoader):
                     continue
                 key = (key_node.tag, key_node.value)
                 if key in seen:
-                    raise _DuplicateKey(None, None, f"key {key_node.value!r} appears twice (first at line "
+                    raise _DuplicateKey(None, None, f"key {_short(key_node.value)} appears twice (first at line "
                                         f"{seen[key].line + 1}); give each field once", key_node.start_mark)
                 seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
@@ -128,7 +128,7 @@ def read_csv(path) -> list:
                         raise InputError(f"line {line}: empty column name in the header", source=str(path))
                     dup = sorted({h for h in header if header.count(h) > 1})
                     if dup:
-                        raise InputError(f"line {line}: column {dup[0]!r} appears twice", source=str(path))
+                        raise InputError(f"line {line}: column {_short(dup[0])} appears twice", source=str(path))
                     continue
                 if not any(c.strip() for c in cells):
                     continue
@@ -257,13 +257,13 @@ class Fields:
         if not finite:
             raise InputError(f"must be a finite number, got {_short(v)}", source=self.source, field=self._name(key))
         if integer and int(v) != v:
-            raise InputError(f"must be an integer, got {v!r}", source=self.source, field=self._name(key))
+            raise InputError(f"must be an integer, got {_short(v)}", source=self.source, field=self._name(key))
         if integer and abs(v) > MAX_SPEC_INT:   # beyond this, products of dimensions overflow a float
             raise InputError(f"must be <= {MAX_SPEC_INT}, got {_short(v)}", source=self.source, field=self._name(key))
         if min_value is not None and v < min_value:
-            raise InputError(f"must be >= {min_value}, got {v!r}", source=self.source, field=self._name(key))
+            raise InputError(f"must be >= {min_value}, got {_short(v)}", source=self.source, field=self._name(key))
         if max_value is not None and v > max_value:
-            raise InputError(f"must be <= {max_value}, got {v!r}", source=self.source, field=self._name(key))
+            raise InputError(f"must be <= {max_value}, got {_short(v)}", source=self.source, field=self._name(key))
         return int(v) if integer else float(v)
 
     def text(self, key, required=True, default=None, choices=None):
@@ -273,7 +273,7 @@ class Fields:
         if not isinstance(v, str):
             raise InputError(f"must be text, got {_kind(v)}", source=self.source, field=self._name(key))
         if choices is not None and v not in choices:
-            raise InputError(f"unknown value {v!r}{suggest(v, choices)}", source=self.source,
+            raise InputError(f"unknown value {_short(v)}{suggest(v, choices)}", source=self.source,
                              field=self._name(key), allowed=", ".join(choices))
         return v
 
@@ -295,8 +295,7 @@ class Fields:
 
 
 def _short(v, limit: int = 60) -> str:
-    r = repr(v)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    return shown(v, limit)
 
 
 def _kind(v) -> str:
