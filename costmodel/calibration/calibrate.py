@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.inputs.outputs import atomic_path, atomic_text
 from costmodel.inputs.runtime import Runtime, load_runtime
 from costmodel.calibration.validate import SIZE_METRICS, Measurement, load_measurements, predict, predict_arrays, row_result
 
@@ -320,7 +321,7 @@ def write_runtime_yaml(path, fit_entry: dict, split: str, date: str | None = Non
         pat = re.compile(rf"^{re.escape(name)}:\s*\{{.*\}}\s*$", re.M)
         new = pat.sub(lambda _m: line, new, count=1) if pat.search(new) else new.rstrip("\n") + "\n" + line + "\n"
     if new != text:
-        p.write_text(new, encoding="utf-8")
+        atomic_text(p, new)
     return new != text
 
 
@@ -354,8 +355,8 @@ def write_fit(loso: dict, split: str, out_dir, runtimes_dir=None, date: str | No
                   for f in loso["folds"]],
     }
     out = Path(out_dir) / "calibration.yaml"
-    out.write_text("# written by `costmodel validate --fit`: runtime parameters fitted on the validation data\n"
-                   + yaml.safe_dump(_plain(rec), sort_keys=False, width=110, default_flow_style=None), encoding="utf-8")
+    atomic_text(out, "# written by `costmodel validate --fit`: runtime parameters fitted on the validation data\n"
+                + yaml.safe_dump(_plain(rec), sort_keys=False, width=110, default_flow_style=None))
     written.append(str(out))
     return written
 
@@ -386,7 +387,7 @@ def write_error_band(summary: dict, path, date: str | None = None, by: str = "gr
     for k, s in summary["by_metric"].items():
         if s["n"]:
             lines.append(f"  {k}: {band(s)}")
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_text(path, "\n".join(lines) + "\n")
     return str(path)
 
 
@@ -533,7 +534,8 @@ def plot(rows: list[dict], path) -> str:
     fig.suptitle("costmodel validate: predicted vs measured (leave-one-source-out), grey = within 25 %",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 0.96))
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return str(path)
 
@@ -699,5 +701,5 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
         L.append(f"| {r['id']} | {r['source_group']} | {r['metric']} | {meas} | {pred} | {err} |")
     L += ["", f"Error band for the claim checker: `{Path(band).name}` (overall and per metric, held out).", ""]
     path = out_dir / "REPORT.md"
-    path.write_text("\n".join(L), encoding="utf-8")
+    atomic_text(path, "\n".join(L))
     return [str(path), png, band]

@@ -107,6 +107,7 @@ def read_csv(path) -> list:
     to ``parse_record(row, source=f"{path}, line {n}")`` so that its errors name the line too.
     """
     import csv
+    from collections import Counter
 
     p = Path(path)
     if not p.exists():
@@ -126,7 +127,7 @@ def read_csv(path) -> list:
                     header = [c.strip() for c in cells]
                     if any(not h for h in header):
                         raise InputError(f"line {line}: empty column name in the header", source=str(path))
-                    dup = sorted({h for h in header if header.count(h) > 1})
+                    dup = sorted(h for h, n in Counter(header).items() if n > 1)
                     if dup:
                         raise InputError(f"line {line}: column {_short(dup[0])} appears twice", source=str(path))
                     continue

@@ -47,9 +47,12 @@ def run(args):
     written = []
     if args.fit or args.report:
         from costmodel.calibration import calibrate
-        if (args.fit or args.report) and not out_dir.is_dir():
-            from costmodel.errors import InputError
-            raise InputError("output folder not found", source=str(out_dir), field="--output-dir")
+        from costmodel.errors import InputError
+        from costmodel.inputs.outputs import check_output_path
+        if not out_dir.is_dir():
+            raise InputError("output folder not found", source=str(out_dir)[:300], field="--output-dir")
+        for name in ("REPORT.md", "calibration.yaml"):      # every file is checked before the fit runs
+            check_output_path(out_dir / name, None, field="--output-dir")
         loso = calibrate.leave_one_source_out(ms, by=args.by)
         rows = loso["rows"]
         summary = dict(summarize(rows), mode=f"held_out (leave-one-{'source' if args.by == 'group' else 'publication'}-out)")
