@@ -154,17 +154,35 @@ def from_hf_config(data, src: str) -> Model:
     return m
 
 
+#: largest config.json read (Hugging Face configs are a few KiB; a label table can make one larger)
+MAX_JSON_BYTES = 4 << 20
+
+
+def read_json(path: str):
+    """A JSON file (UTF-8, at most MAX_JSON_BYTES, nesting within the parser's recursion limit);
+    anything else is an InputError naming the file."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"file too large ({size} bytes)", source=path, allowed=f"at most {MAX_JSON_BYTES} bytes")
+        text = p.read_bytes().decode("utf-8")
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                         source=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}): a config.json is UTF-8 JSON", source=path) from None
+    except RecursionError:
+        raise InputError("malformed JSON: nested too deeply", source=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or type(exc).__name__}", source=path) from None
+
+
 @functools.lru_cache(maxsize=256)
 def _load_path(path: str) -> Model:
     if path.endswith(".json"):
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                             source=path) from None
-        except OSError as exc:
-            raise InputError(f"cannot read file: {exc}", source=path) from None
-        return from_hf_config(data, path)
+        return from_hf_config(read_json(path), path)
     data = load_yaml(path)
     if isinstance(data, dict) and "hidden_size" in data:
         return from_hf_config(data, path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +32,10 @@ class _Loader(yaml.SafeLoader):
                 None, None, f"cannot read value {_short(value)} ({node.tag.rsplit(':', 1)[-1]}): {exc}",
                 node.start_mark) from None
 
+    def construct_document(self, node):
+        _check_graph(node)
+        return super().construct_document(node)
+
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
             seen = {}
@@ -49,7 +54,71 @@ class _DuplicateKey(yaml.constructor.ConstructorError):
     pass
 
 
-MAX_YAML_BYTES = 16 << 20
+class _TooLarge(yaml.constructor.ConstructorError):
+    pass
+
+
+# YAML 1.1 reads 1:30 as 90 (base 60) and 010 as 8 (octal); here both stay text, so that the field
+# that expects a number refuses them instead of using a number nobody wrote.
+_Loader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag not in (
+    "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")] for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"""^(?:[-+]?0b[0-1_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+)$""", re.X), list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+
+#: largest spec file read (the bundled ones are under 32 KiB; PyYAML reads about 150 KB/s)
+MAX_YAML_BYTES = 1 << 19
+#: most nodes a YAML document may have once its aliases are expanded (a 342-byte "billion laughs"
+#: document expands to 10^9): counted on the parsed graph before any value is built
+MAX_YAML_NODES = 200_000
+#: deepest nesting of mappings and lists
+MAX_YAML_DEPTH = 64
+
+
+def _check_graph(root) -> None:
+    """Refuse a document whose alias-expanded size exceeds MAX_YAML_NODES, that nests deeper than
+    MAX_YAML_DEPTH or whose alias refers to a node containing it. Linear in the distinct nodes:
+    each node's expanded size is computed once."""
+    size: dict = {}
+    active: set = set()
+    stack = [(root, 0, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            n = 1
+            if isinstance(node, yaml.SequenceNode):
+                n += sum(size[id(c)] for c in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                n += sum(size[id(k)] + size[id(v)] for k, v in node.value)
+            size[key] = n
+            if n > MAX_YAML_NODES:
+                raise _TooLarge(None, None, f"more than {MAX_YAML_NODES:,} values once aliases are expanded "
+                                "(aliases that multiply, such as a 'billion laughs' document, are refused)",
+                                node.start_mark)
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise _TooLarge(None, None, "an alias refers to a node that contains it", node.start_mark)
+        if depth > MAX_YAML_DEPTH:
+            raise _TooLarge(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", node.start_mark)
+        if isinstance(node, yaml.ScalarNode):
+            size[key] = 1
+            continue
+        active.add(key)
+        stack.append((node, depth, True))
+        children = node.value if isinstance(node, yaml.SequenceNode) else [c for kv in node.value for c in kv]
+        for c in children:
+            if id(c) in active:
+                raise _TooLarge(None, None, "an alias refers to a node that contains it", c.start_mark)
+            if id(c) not in size:
+                stack.append((c, depth + 1, False))
 
 
 def parse_yaml(text: str, source: str = "YAML") -> object:
@@ -57,7 +126,7 @@ def parse_yaml(text: str, source: str = "YAML") -> object:
     ``source`` and the line. Tags that would build Python objects (``!!python/...``) are refused."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-    except _DuplicateKey as exc:
+    except (_DuplicateKey, _TooLarge) as exc:
         raise InputError(f"malformed YAML: {_where(exc)}{exc.problem}", source=source) from None
     except yaml.constructor.ConstructorError as exc:
         problem = str(exc.problem or "")
