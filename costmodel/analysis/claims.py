@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown, shown_text
 from costmodel.inputs.record import STRATEGIES, parse_record
 
 SEVERITY = {"not_checkable": 0, "consistent": 1, "optimistic": 2, "pessimistic": 2, "inconsistent": 3,
@@ -119,17 +119,37 @@ def load_error_band(band=None) -> ErrorBand:
     if not isinstance(band, dict) or not isinstance(band.get("overall"), dict):
         raise InputError("an error band needs 'overall: {n, median_abs_rel_error, p90_abs_rel_error}'",
                          source=src, field="overall")
-    try:
-        overall = float(band["overall"]["p90_abs_rel_error"])
-    except (KeyError, TypeError, ValueError):
-        raise InputError("must be a number", source=src, field="overall.p90_abs_rel_error") from None
-    if not (overall >= 0 and math.isfinite(overall)):
-        raise InputError(f"must be a non-negative number, got {overall}", source=src,
-                         field="overall.p90_abs_rel_error")
+    overall = _band_number(band["overall"].get("p90_abs_rel_error"), src, "overall.p90_abs_rel_error")
     by = band.get("by_metric") or {}
     if not isinstance(by, dict):
         raise InputError("must be a mapping metric -> {n, p90_abs_rel_error}", source=src, field="by_metric")
-    return ErrorBand(overall=overall, by_metric={str(k): dict(v or {}) for k, v in by.items()}, source=src)
+    by_metric = {}
+    for k, v in by.items():
+        where = f"by_metric.{shown_text(str(k), 60)}"
+        if v is not None and not isinstance(v, dict):
+            raise InputError("must be a mapping {n, p90_abs_rel_error}", source=src, field=where)
+        v = dict(v or {})
+        if v.get("p90_abs_rel_error") is not None:
+            v["p90_abs_rel_error"] = _band_number(v["p90_abs_rel_error"], src, where + ".p90_abs_rel_error")
+        n = v.get("n", 0)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InputError(f"must be a row count (an integer >= 0), got {shown(n)}", source=src, field=where + ".n")
+        by_metric[str(k)] = v
+    return ErrorBand(overall=overall, by_metric=by_metric, source=src)
+
+
+#: largest relative error a band may state: 10 = 1000 % (a band wider than that judges nothing)
+MAX_BAND = 10.0
+
+
+def _band_number(v, src: str, field: str) -> float:
+    """A band's p90 |relative error|: a finite number in [0, MAX_BAND]."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(f"must be a number, got {shown(v)}", source=src, field=field)
+    if not 0 <= v <= MAX_BAND:         # also refuses nan, and an integer beyond float range
+        raise InputError(f"out of range: {shown(v)}", source=src, field=field,
+                         allowed=f"a relative error 0 <= p90 <= {MAX_BAND:g} ({MAX_BAND:.0%})")
+    return float(v)
 
 
 # --------------------------------------------------------------------------- loading
@@ -151,9 +171,15 @@ def load_claims(path) -> list:
             raise InputError("each claim must be a mapping", source=src, field=f"claims[{i}]")
         c = dict(c)
         if "base" in c:
+            if not isinstance(c["base"], str):
+                raise InputError(f"must be the name of a base, got {shown(c['base'])}", source=src,
+                                 field=f"claims[{i}].base", allowed=", ".join(map(str, bases)) or "(no bases defined)")
             b = bases.get(c["base"])
+            if b is not None and not isinstance(b, dict):
+                raise InputError("a base must be a mapping of record fields", source=src,
+                                 field=f"bases.{shown_text(c['base'])}")
             if b is None:
-                raise InputError(f"unknown base {c['base']!r}", source=src, field=f"claims[{i}].base",
+                raise InputError(f"unknown base {shown(c['base'])}", source=src, field=f"claims[{i}].base",
                                  allowed=", ".join(bases) or "(no bases defined)")
             c = {**b, **c}
         for k in PATH_FIELDS:
@@ -199,32 +225,57 @@ class Claimed:
     raw: object = None
 
 
+def _claim_number(x, src: str, metric: str) -> float:
+    """A claimed number: finite (not nan/inf, not an integer beyond float range)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise InputError(f"a claimed value must be a finite number, got {shown(x)}", source=src, field=metric,
+                         allowed="a finite number, [low, high], '< x' / '>= x', true/false, or a name")
+    return f
+
+
+def _text_number(s: str):
+    """float(s) for plain ASCII number text, else None ('nan'/'inf' included: refused by the caller)."""
+    if not s.isascii():
+        return None
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
 def parse_value(v, src: str, metric: str) -> Claimed:
     if isinstance(v, bool):
         return Claimed("bool", name=str(v).lower(), raw=v)
     if isinstance(v, (int, float)):
-        return Claimed("point", float(v), float(v), raw=v)
-    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
-        lo, hi = sorted(float(x) for x in v)
+        x = _claim_number(v, src, metric)
+        return Claimed("point", x, x, raw=v)
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                            for x in v):
+        lo, hi = sorted(_claim_number(x, src, metric) for x in v)
         return Claimed("range", lo, hi, raw=list(v))
     if isinstance(v, str):
         s = v.strip()
         for op, kind in (("<=", "le"), (">=", "ge"), ("<", "lt"), (">", "gt")):
             if s.startswith(op):
-                try:
-                    x = float(s[len(op):].strip())
-                except ValueError:
+                x = _text_number(s[len(op):].strip())
+                if x is None:
                     break
+                x = _claim_number(x, src, metric)
                 return Claimed(kind, x, x, raw=v)
-        try:
-            x = float(s)
+        x = _text_number(s)
+        if x is not None:
+            x = _claim_number(x, src, metric)
             return Claimed("point", x, x, raw=v)
-        except ValueError:
-            pass
+        if len(s) > 200:
+            raise InputError(f"a claimed name is at most 200 characters, got {len(s)}", source=src, field=metric)
         if s.lower() in ("true", "false"):
             return Claimed("bool", name=s.lower(), raw=v)
         return Claimed("name", name=s.lower().replace("-", "_"), raw=v)
-    raise InputError(f"unsupported claim value {v!r}", source=src, field=metric,
+    raise InputError(f"unsupported claim value {shown(v)}", source=src, field=metric,
                      allowed="a number, [low, high], '< x' / '>= x', true/false, or a name")
 
 
@@ -251,13 +302,21 @@ def _override(fields: dict, over: dict) -> dict:
 def _hw_metric(rec, metric: str) -> float:
     from costmodel.inputs.hardware import load_hardware
     hw = load_hardware(rec.hardware, rec.power_mode)
+    import dataclasses
+
+    from costmodel.inputs.hardware import DTYPES
     key = metric.split(".", 1)[1]
+    allowed = ("hardware.<a numeric field of the hardware spec, e.g. bandwidth_bytes_per_s, capacity_bytes, "
+               "usable_bytes, l2_bytes>, hardware.matrix_flops_per_s.<dtype>")
     if key.startswith("matrix_flops_per_s"):
-        return hw.matrix_peak(key.split(".", 1)[1] if "." in key else "fp16")
-    if not hasattr(hw, key):
-        raise InputError(f"unknown hardware metric {metric!r}", field="metric",
-                         allowed="hardware.bandwidth_bytes_per_s, hardware.capacity_bytes, hardware.usable_bytes, "
-                                 "hardware.l2_bytes, hardware.matrix_flops_per_s.<dtype>")
+        dt = key.split(".", 1)[1] if "." in key else "fp16"
+        if dt not in DTYPES:
+            raise InputError(f"unknown dtype in {shown(metric)}", field="metric", allowed=", ".join(DTYPES))
+        return hw.matrix_peak(dt)
+    numeric = {f.name for f in dataclasses.fields(hw)
+               if isinstance(getattr(hw, f.name), (int, float)) and not isinstance(getattr(hw, f.name), bool)}
+    if key not in numeric:          # only the spec's numeric fields: never an attribute such as __class__
+        raise InputError(f"unknown hardware metric {shown(metric)}", field="metric", allowed=allowed)
     return float(getattr(hw, key))
 
 
@@ -331,7 +390,7 @@ class Predictor:
             v = self.out[metric]
         else:
             allowed = sorted(k for k, x in self.out.items() if isinstance(x, (int, float, bool, str)))
-            raise InputError(f"unknown metric {metric!r}", field="metric",
+            raise InputError(f"unknown metric {shown(metric)}", field="metric",
                              allowed=", ".join(allowed + sorted(DERIVED)) + ", hardware.<field>, or a+b")
         self._cache[metric] = v
         return v
@@ -791,11 +850,14 @@ def check(claims, *, band=None) -> dict:
     if isinstance(claims, (str, os.PathLike)):
         items = load_claims(claims)
     elif isinstance(claims, dict) and "claims" in claims:
+        if not isinstance(claims["claims"], (list, tuple)):
+            raise InputError(f"must be a list of claims, got {type(claims['claims']).__name__}", field="claims")
         items = list(claims["claims"])
     elif isinstance(claims, (list, tuple)):
         items = list(claims)
     else:
-        raise InputError("claims must be a path, a mapping with 'claims:', or a list of claims")
+        raise InputError(f"claims must be a path, a mapping with 'claims:', or a list of claims, got "
+                         f"{type(claims).__name__}", field="claims")
     out = []
     ids = set()
     _REC_CACHE.clear()
