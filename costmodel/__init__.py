@@ -5,7 +5,7 @@
     >>> r["bound"]
     'memory'
 
-Public API (DESIGN §6): evaluate, sweep, check, validate, recommend, load_hardware, load_model.
+Public API: evaluate, sweep, check, validate, recommend, plan, serve, load_hardware, load_model.
 """
 
 import sys as _sys
@@ -25,6 +25,7 @@ try:
     # of the same name (costmodel.sweep, costmodel.plan, costmodel.validate are both).
     from costmodel.analysis.sweep import sweep
     from costmodel.calibration.validate import validate
+    from costmodel.serving.api import serve
 except KeyboardInterrupt:         # Ctrl-C while the command line starts: one line, no traceback
     _argv = list(getattr(_sys, "orig_argv", _sys.argv))
     if _sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1] in ("costmodel", "costmodel.exe") or any(
@@ -36,4 +37,4 @@ except KeyboardInterrupt:         # Ctrl-C while the command line starts: one li
 __version__ = "0.1.0"
 
 __all__ = ["evaluate", "sweep", "check", "validate", "recommend", "plan", "load_hardware", "load_model",
-           "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS"]
+           "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS", "serve"]

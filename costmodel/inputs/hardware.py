@@ -155,7 +155,7 @@ def parse_hardware(data, src: str) -> Hardware:
         e = ef.sub(key)
         e.check_keys(("value", "source"))
         e.text("source")
-        return e.num("value", min_value=0.01, max_value=1.2)
+        return e.num("value", min_value=0.01, max_value=1.0)   # a fraction of the datasheet
 
     sources = tuple(f.items("sources"))
     if not sources:

@@ -71,7 +71,7 @@ class Runtime:
 #: 0 would divide by zero): beyond these a value is a unit mistake, and the engine's products of
 #: them stay finite
 MAX_VALUE = {"kernels_per_layer": 1e4, "kernels_per_pass": 1e5, "host_per_kernel_s": 1.0, "step_overhead_s": 10.0,
-             "bandwidth_efficiency": 1.5, "compute_efficiency": 1.5, "memory_overhead_bytes": 1e15}
+             "bandwidth_efficiency": 1.0, "compute_efficiency": 1.0, "memory_overhead_bytes": 1e15}
 OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "sm_bandwidth_bytes_per_s",
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
@@ -90,8 +90,9 @@ def parse_runtime(data, src: str) -> Runtime:
     vals, sources = {}, []
     for k in NUMERIC:
         s = f.sub(k)
-        vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0,   # 0 would divide by zero
-                        max_value=MAX_VALUE[k])
+        # efficiencies are fractions of the hardware's achievable rates: (0, 1] (0 would divide by
+        # zero; above 1 the model would beat the datasheet); overheads are >= 0 and below MAX_VALUE
+        vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0, max_value=MAX_VALUE[k])
         sources.append((k, s.text("source")))
     for k in ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8"):
         s = f.sub(k, required=False)
