@@ -112,6 +112,8 @@ HW_KEYS = {
     "power": ("tdp_w", "modes"),
 }
 """Allowed keys per section (``*_basis``, ``basis``, ``notes``: documentary text, never read)."""
+#: matrix rates recorded in the specs for completeness but not read (no record dtype uses them)
+DOCUMENTED_DTYPES = ("fp4",)
 LINK_KEYS = ("type", "bandwidth_bytes_per_s", "latency_s")
 MODE_KEYS = ("id", "power_w", "compute_scale", "bandwidth_scale", "basis")
 
@@ -134,7 +136,7 @@ def parse_hardware(data, src: str) -> Hardware:
                       (ic, "interconnect"), (pw, "power")):
         sec.check_keys(HW_KEYS[name])
     mf = c.sub("matrix_flops_per_s")
-    mf.check_keys(DTYPES)
+    mf.check_keys(DTYPES + DOCUMENTED_DTYPES)
     matrix = {}
     for dt in DTYPES:
         matrix[dt] = mf.num(dt, required=dt in ("fp32", "fp16"), allow_null=True, **RATE)
