@@ -123,11 +123,14 @@ def load_error_band(band=None) -> ErrorBand:
         return band
     src = "mapping"
     if band is None or isinstance(band, (str, os.PathLike)):
+        from costmodel.inputs.specs import _path_test, input_path
         path = Path(band) if band is not None else default_band_path()
-        if not path.is_file():
+        if band is not None and _path_test(path.exists):
+            path = input_path(path, "an error band YAML")          # a directory, a name too long, ...
+        if not _path_test(path.is_file):
             raise InputError("no validation error band found: claims are judged against the model's measured "
                              "error, so run `costmodel validate --report` first (it writes "
-                             "validation/error_band.yaml), or pass one with --band FILE", source=str(path))
+                             "validation/error_band.yaml), or pass one with --band FILE", source=shown_text(str(path), 200))
         from costmodel.inputs.specs import load_yaml
         band, src = load_yaml(path), str(path)
     if not isinstance(band, dict) or not isinstance(band.get("overall"), dict):

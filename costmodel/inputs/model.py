@@ -173,7 +173,8 @@ MAX_JSON_BYTES = 4 << 20
 def read_json(path: str):
     """A JSON file (UTF-8, at most MAX_JSON_BYTES, nesting within the parser's recursion limit);
     anything else is an InputError naming the file."""
-    p = Path(path)
+    from costmodel.inputs.specs import input_path
+    p = input_path(path, "a config.json file")
     try:
         size = p.stat().st_size
         if size > MAX_JSON_BYTES:

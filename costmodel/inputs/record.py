@@ -97,6 +97,9 @@ def _as_number(name, v, src, what, allowed=None):
         raise InputError(f"must be {what}, got {shown(v)}", source=src, field=name, allowed=allowed)
     if isinstance(v, str):
         s = v.strip().replace("_", "")
+        if not s.isascii():     # int() and float() would read Arabic-Indic or full-width digits
+            raise InputError(f"must be {what} written with ASCII digits, got {shown(v)}", source=src, field=name,
+                             allowed=allowed)
         try:
             v = int(s)
         except ValueError:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.errors import InputError, shown, suggest
+from costmodel.errors import InputError, shown, shown_text, suggest
 
 
 class _Loader(yaml.SafeLoader):
@@ -148,14 +148,35 @@ def _where(exc) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
 
 
+#: largest CSV read (measurement files; the bundled one is under 64 KiB)
+MAX_CSV_BYTES = 64 << 20
+
+
+def input_path(path, what: str) -> Path:
+    """``path`` as a Path after checking it names an existing regular file: a missing file, a
+    directory, a name component over 255 bytes or a name the OS refuses is an InputError naming
+    the path (cut to 200 characters)."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"must be a file path, got {type(path).__name__}", allowed=what)
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    shown_path = shown_text(text, 200)
+    if "\0" in text or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in text.split(os.sep)):
+        raise InputError("not a valid file name (a path component is longer than 255 bytes, or contains NUL)",
+                         source=shown_path, allowed=what)
+    p = Path(text)
+    if not _path_test(p.exists):
+        raise InputError("file not found", source=shown_path)
+    if not _path_test(p.is_file):
+        raise InputError("not a file", source=shown_path, allowed=what)
+    return p
+
+
 def load_yaml(path) -> object:
     """Parse a YAML file with the safe loader; a missing, unreadable, malformed or hostile file raises
     InputError naming the file (and the line, where the parser knows it)."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError("file not found", source=str(path))
-    if not p.is_file():
-        raise InputError("not a file", source=str(path), allowed="a YAML file")
+    p = input_path(path, "a YAML file")
     try:
         if p.stat().st_size > MAX_YAML_BYTES:
             raise InputError(f"file too large ({p.stat().st_size} bytes)", source=str(path),
@@ -178,11 +199,13 @@ def read_csv(path) -> list:
     import csv
     from collections import Counter
 
-    p = Path(path)
-    if not p.exists():
-        raise InputError("file not found", source=str(path))
-    if not p.is_file():
-        raise InputError("not a file", source=str(path), allowed="a CSV file")
+    p = input_path(path, "a CSV file")
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or type(exc).__name__}", source=str(path)) from None
+    if size > MAX_CSV_BYTES:
+        raise InputError(f"file too large ({size} bytes)", source=str(path), allowed=f"at most {MAX_CSV_BYTES} bytes")
     rows = []
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:
@@ -203,8 +226,8 @@ def read_csv(path) -> list:
                 if not any(c.strip() for c in cells):
                     continue
                 if len(cells) > len(header):
-                    raise InputError(f"line {line}: {len(cells)} cells but the header has {len(header)} columns",
-                                     source=str(path))
+                    raise InputError(f"line {line}, column {len(header) + 1}: {len(cells)} cells but the header has "
+                                     f"{len(header)} columns", source=str(path))
                 rows.append((line, {h: (cells[i] if i < len(cells) else "") for i, h in enumerate(header)}))
     except csv.Error as exc:
         raise InputError(f"malformed CSV at line {reader.line_num}: {exc}", source=str(path)) from None
