@@ -126,7 +126,9 @@ def load_error_band(band=None) -> ErrorBand:
         from costmodel.inputs.specs import _path_test, input_path
         path = Path(band) if band is not None else default_band_path()
         if band is not None and _path_test(path.exists):
-            path = input_path(path, "an error band YAML")          # a directory, a name too long, ...
+            path = input_path(path, "an error band YAML")          # a directory, a FIFO, ...
+        elif band is not None and any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in path.parts):
+            input_path(path, "an error band YAML")                 # raises: a name component over 255 bytes
         if not _path_test(path.is_file):
             raise InputError("no validation error band found: claims are judged against the model's measured "
                              "error, so run `costmodel validate --report` first (it writes "

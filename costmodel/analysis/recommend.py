@@ -564,10 +564,10 @@ def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None 
         parse_record(dict(_clean(fields), strategy="autoregressive"), allow_meta=True)   # validate early
         return recommend_on(fields, hw, objective)
     fields.pop("hardware", None)
+    check_samples(samples, seed)
+    if envelope is not None and not isinstance(envelope, dict):
+        raise InputError(f"must be a mapping key: (low, high), got {type(envelope).__name__}", field="envelope")
     if envelope:
-        if not isinstance(envelope, dict):
-            raise InputError(f"must be a mapping key: (low, high), got {type(envelope).__name__}", field="envelope")
-        check_samples(samples, seed)
         devices = sample_envelope(envelope, samples, seed)
         out = recommend_blind(fields, devices, objective)
         out["mode"] = f"hardware-blind: {len(devices)} devices sampled from the envelope"

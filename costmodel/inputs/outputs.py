@@ -159,8 +159,8 @@ def spreadsheet_safe(df):
     out = df
     for col in df.columns:
         s = df[col]
-        if s.dtype != object:
-            continue
+        if s.dtype != object and not pd.api.types.is_string_dtype(s.dtype):
+            continue                # numbers (negative ones included) and booleans are never touched
         try:                        # few distinct values in practice: look at each once
             seen = pd.unique(s.to_numpy())
         except TypeError:           # unhashable cells (lists)
@@ -170,7 +170,9 @@ def spreadsheet_safe(df):
             bad = s.isin(hits)
             if out is df:
                 out = df.copy(deep=False)
-            out[col] = s.where(~bad, "'" + s.astype(str))
+            fixed = s.astype(object).copy()
+            fixed[bad.to_numpy()] = ["'" + v for v in s[bad]]
+            out[col] = fixed
     renamed = {c: "'" + c for c in out.columns if isinstance(c, str) and c.startswith(FORMULA_START)}
     return out.rename(columns=renamed) if renamed else out
 

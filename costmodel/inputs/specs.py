@@ -273,6 +273,9 @@ def resolve(kind: str, id_or_path, field: str) -> Path:
         raise InputError(f"not a valid id or path: {_short(s)}", field=field, allowed=allowed())
     p = Path(s)
     if os.sep in s or "/" in s or s.endswith((".yaml", ".yml", ".json")):
+        if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in s.split(os.sep)):
+            raise InputError("not a valid file name: a path component is longer than 255 bytes",
+                             source=shown_text(s, 200), field=field)
         if _path_test(p.is_file):
             return p
         stem = p.stem.lower()
