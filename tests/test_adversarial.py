@@ -122,7 +122,7 @@ def test_sweep_limits_are_checked_before_any_row(capsys, words, needles):
 
 
 def test_grid_rows_against_memory(monkeypatch):
-    from costmodel.analysis import sweep as S
+    from costmodel.analysis import sweep_grid as S
     monkeypatch.setattr(S, "available_memory_bytes", lambda: 1 << 30)     # 1 GiB free
     # 2000 × 1000 = 2e6 rows × 1 KiB = 2 GiB > 1 GiB
     with pytest.raises(InputError, match="available"):
