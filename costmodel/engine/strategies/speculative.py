@@ -22,7 +22,7 @@ from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, prefill_shape, \
-    with_step_overhead
+    with_step_overhead, spec_method
 
 
 def tokens_per_step(ctx: Ctx, gamma) -> np.ndarray:
@@ -142,7 +142,7 @@ def speculative(ctx: Ctx, draft) -> Outcome:
         Bh = np.maximum(np.ceil(B / 2.0), 1.0)
         halves = (draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L, B=Bh),
                   pass_cost(decode_shape(Bh, g + 1.0, L), ex), link_transfer(ctx, g, B=Bh))
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, speculative=True)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, spec_method(ctx.rec.draft_model))
     tps = tokens_per_step(ctx, g)
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)
