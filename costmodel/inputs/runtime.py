@@ -88,7 +88,7 @@ MAX_VALUE = {"kernels_per_layer": 1e4, "kernels_per_pass": 1e5, "host_per_kernel
 OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "sm_bandwidth_bytes_per_s",
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
-            "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens")
+            "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs")
 KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL
 
 
