@@ -372,11 +372,14 @@ def check(claims, *, band=None) -> dict:
     if isinstance(claims, (str, os.PathLike)):
         items = load_claims(claims)
     elif isinstance(claims, dict) and "claims" in claims:
+        if not isinstance(claims["claims"], (list, tuple)):
+            raise InputError(f"must be a list of claims, got {type(claims['claims']).__name__}", field="claims")
         items = list(claims["claims"])
     elif isinstance(claims, (list, tuple)):
         items = list(claims)
     else:
-        raise InputError("claims must be a path, a mapping with 'claims:', or a list of claims")
+        raise InputError(f"claims must be a path, a mapping with 'claims:', or a list of claims, got "
+                         f"{type(claims).__name__}", field="claims")
     out = []
     ids = set()
     clear_cache()

@@ -39,9 +39,11 @@ why the closest configuration (the fastest one that fits, else the fastest) fail
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown, shown_text, suggest
 from costmodel.engine.evaluate import build_exec, evaluate, evaluate_arrays
 from costmodel.engine.parallel import divisors
 from costmodel.inputs.record import parse_record
@@ -82,15 +84,26 @@ def load_prices(path) -> dict:
     if unknown:
         raise InputError("unknown field", source=src, field=unknown[0],
                          allowed="name, currency, source, notes, prices")
-    out = {}
-    for hw, v in data["prices"].items():
-        x = v.get("per_device_hour") if isinstance(v, dict) else v
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not np.isfinite(x) or x < 0:
-            raise InputError(f"must be a non-negative number per device-hour, got {v!r}", source=src,
-                             field=f"prices.{hw}")
-        out[str(hw).strip().lower()] = float(x)
     return {"currency": str(data.get("currency", "USD")), "source": str(data.get("source", "")),
-            "prices": out}
+            "prices": price_table(data["prices"], src)}
+
+
+#: largest price per device-hour accepted (a unit mistake beyond this)
+MAX_PRICE = 1e6
+
+
+def price_table(prices: dict, src: str = "prices") -> dict:
+    """{hardware id: price per device-hour}: each a finite number in 0..MAX_PRICE (or a mapping with
+    ``per_device_hour``)."""
+    out = {}
+    for hw, v in prices.items():
+        x = v.get("per_device_hour") if isinstance(v, dict) else v
+        ok = not isinstance(x, bool) and isinstance(x, (int, float))
+        if not ok or not 0 <= x <= MAX_PRICE:          # also refuses nan, inf and huge integers
+            raise InputError(f"must be a number per device-hour in 0..{MAX_PRICE:g}, got {shown(v)}", source=src,
+                             field=f"prices.{shown_text(str(hw))}")
+        out[str(hw).strip().lower()] = float(x)
+    return out
 
 
 def _int_option(options, key, default, lo=1, hi=1 << 20):
@@ -98,7 +111,7 @@ def _int_option(options, key, default, lo=1, hi=1 << 20):
     try:
         x = int(str(v).strip()) if not isinstance(v, int) else v
     except ValueError:
-        raise InputError(f"must be an integer, got {v!r}", field=key) from None
+        raise InputError(f"must be an integer, got {shown(v)}", field=key) from None
     if not lo <= x <= hi:
         raise InputError(f"out of range: {x}", field=key, allowed=f"{lo}..{hi}")
     return x
@@ -325,6 +338,9 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
     if not isinstance(record, dict):
         raise InputError(f"a plan record must be a mapping of field: value, got {type(record).__name__}")
     rec_fields, t2, opts = split_targets(record)
+    if targets is not None and not isinstance(targets, dict):
+        raise InputError(f"must be a mapping of target: value, got {type(targets).__name__}", field="targets",
+                         allowed="e.g. {'tokens_per_s': 1000, 'e2e_latency_s': 2}")
     if targets:
         t2.update(split_targets({k if str(k).startswith("target_") else f"target_{k}": v
                                  for k, v in targets.items()})[1])
@@ -343,8 +359,12 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
     price_info = None
     if opts.get("prices") is not None:
         p = opts["prices"]
+        if isinstance(p, dict) and "prices" in p and isinstance(p["prices"], dict):
+            p = p["prices"]
+        if not isinstance(p, (dict, str, os.PathLike)):
+            raise InputError(f"must be a path to a prices YAML or a mapping, got {type(p).__name__}", field="prices")
         price_info = load_prices(p) if not isinstance(p, dict) else {
-            "currency": "USD", "source": "", "prices": {str(k).lower(): float(v) for k, v in p.items()}}
+            "currency": "USD", "source": "", "prices": price_table(p)}
     hws = _hardware_list(rec_fields.get("hardware"))
     if not hws and price_info:
         hws = sorted(price_info["prices"])

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown
 from costmodel.engine.evaluate import build_exec, evaluate_arrays, evaluate_passes
 from costmodel.inputs.hardware import Hardware, load_hardware
 from costmodel.inputs.model import load_model
@@ -406,6 +406,39 @@ class SampledHardware(Hardware):
         return self is other
 
 
+#: most devices drawn from an envelope (each is a full evaluation of every strategy: ~10 ms)
+MAX_SAMPLES = 1024
+
+
+def _envelope_range(name: str, key: str, v) -> tuple:
+    """(low, high) of one envelope key: two finite numbers within the hardware spec's physical range."""
+    from costmodel.inputs import hardware as H
+    limits = {"bandwidth_bytes_per_s": H.BANDWIDTH, "matrix_flops_per_s": H.RATE, "capacity_bytes": H.BYTES,
+              "l2_bytes": {"min_value": 1.0, "max_value": 1e10}}[key]
+    lo_ok, hi_ok = limits["min_value"], limits["max_value"]
+    allowed = f"{lo_ok:g} <= low <= high <= {hi_ok:g} (SI units)"
+    if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__len__") or len(v) != 2:
+        raise InputError(f"expected (low, high), got {shown(v)}", field=name, allowed=allowed)
+    vals = []
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+            raise InputError(f"expected numbers, got {shown(x)}", field=name, allowed=allowed)
+        try:
+            vals.append(float(x))
+        except OverflowError:
+            vals.append(math.inf)
+    lo, hi = vals
+    if not (lo_ok <= lo <= hi <= hi_ok):       # also refuses nan and inf
+        raise InputError(f"bad range {lo:g}..{hi:g}", field=name, allowed=allowed)
+    return lo, hi
+
+
+def check_samples(samples, seed) -> None:
+    for name, v, lo, hi in (("samples", samples, 1, MAX_SAMPLES), ("seed", seed, 0, 2 ** 63 - 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+            raise InputError(f"out of range: {shown(v)}", field=name, allowed=f"an integer {lo}..{hi}")
+
+
 def sample_envelope(envelope: dict | None, samples: int = 64, seed: int = 0, base: str = ENVELOPE_BASE) -> list:
     """``samples`` synthetic devices with bandwidth, matrix FLOP/s (fp16), L2 and capacity drawn
     log-uniformly (Latin hypercube, scipy.stats.qmc) from ``envelope`` {key: (lo, hi)}; keys missing
@@ -416,11 +449,9 @@ def sample_envelope(envelope: dict | None, samples: int = 64, seed: int = 0, bas
     for k, v in (envelope or {}).items():
         key = {alias: full for full, alias in ENVELOPE_KEYS.items()}.get(k, k)
         if key not in ENVELOPE_KEYS:
-            raise InputError(f"unknown envelope key {k!r}", field="envelope",
+            raise InputError(f"unknown envelope key {shown(k)}", field="envelope",
                              allowed=", ".join(list(ENVELOPE_KEYS) + list(ENVELOPE_KEYS.values())))
-        lo, hi = (float(x) for x in v)
-        if not (0 < lo <= hi):
-            raise InputError(f"bad range {lo:g}..{hi:g}", field=k, allowed="0 < low <= high (SI units)")
+        lo, hi = _envelope_range(k, key, v)
         env[key] = (lo, hi)
     zoo = [load_hardware(i) for i in zoo_hardware()]
     zoo_range = {"bandwidth_bytes_per_s": [h.bandwidth_bytes_per_s for h in zoo],
@@ -428,8 +459,6 @@ def sample_envelope(envelope: dict | None, samples: int = 64, seed: int = 0, bas
                  "l2_bytes": [h.l2_bytes for h in zoo], "capacity_bytes": [h.capacity_bytes for h in zoo]}
     for k, vals in zoo_range.items():
         env.setdefault(k, (min(vals), max(vals)))
-    if samples < 1:
-        raise InputError("needs at least one sample", field="samples", value=samples)
     keys = list(ENVELOPE_KEYS)
     u = qmc.LatinHypercube(d=len(keys), seed=np.random.default_rng(seed)).random(samples)
     lo = np.log([env[k][0] for k in keys])
@@ -539,7 +568,7 @@ def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None 
     ``win_probability`` and ``worst_case_ratio`` per strategy (module docstring for the formulas).
     """
     if not isinstance(record, dict):
-        raise InputError("recommend needs a mapping of record fields")
+        raise InputError(f"recommend needs a mapping of record fields, got {type(record).__name__}", field="record")
     fields = {str(k).strip(): v for k, v in record.items()}
     for k in ("id", "metric", "value", "values", "text", "source", "notes"):
         fields.pop(k, None)
@@ -555,6 +584,9 @@ def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None 
         parse_record(dict(_clean(fields), strategy="autoregressive"), allow_meta=True)   # validate early
         return recommend_on(fields, hw, objective)
     fields.pop("hardware", None)
+    check_samples(samples, seed)
+    if envelope is not None and not isinstance(envelope, dict):
+        raise InputError(f"must be a mapping key: (low, high), got {type(envelope).__name__}", field="envelope")
     if envelope:
         devices = sample_envelope(envelope, samples, seed)
         out = recommend_blind(fields, devices, objective)
@@ -566,6 +598,9 @@ def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None 
         if samples > 32:                     # keep the JSON readable; the summary keys carry the answer
             out.pop("per_hardware", None)
         return out
+    if hardware_list is not None and (isinstance(hardware_list, (str, dict)) or not hasattr(hardware_list, "__iter__")):
+        raise InputError(f"must be a list of hardware ids or paths, got {type(hardware_list).__name__}",
+                         field="hardware_list")
     devices = [str(h) if os.sep in str(h) else load_hardware(h).id for h in hardware_list] if hardware_list \
         else zoo_hardware()
     out = recommend_blind(fields, devices, objective)

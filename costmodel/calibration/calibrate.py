@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.inputs.outputs import atomic_text
 from costmodel.inputs.runtime import Runtime, load_runtime
 from costmodel.calibration.validate import SIZE_METRICS, Measurement, load_measurements, predict, predict_arrays, row_result
 
@@ -415,7 +416,7 @@ def write_runtime_yaml(path, fit_entry: dict, split: str, date: str | None = Non
         pat = re.compile(rf"^{re.escape(name)}:\s*\{{.*\}}\s*$", re.M)
         new = pat.sub(lambda _m: line, new, count=1) if pat.search(new) else new.rstrip("\n") + "\n" + line + "\n"
     if new != text:
-        p.write_text(new, encoding="utf-8")
+        atomic_text(p, new)
     return new != text
 
 
@@ -449,8 +450,8 @@ def write_fit(loso: dict, split: str, out_dir, runtimes_dir=None, date: str | No
                   for f in loso["folds"]],
     }
     out = Path(out_dir) / "calibration.yaml"
-    out.write_text("# written by `costmodel validate --fit`: runtime parameters fitted on the validation data\n"
-                   + yaml.safe_dump(_plain(rec), sort_keys=False, width=110, default_flow_style=None), encoding="utf-8")
+    atomic_text(out, "# written by `costmodel validate --fit`: runtime parameters fitted on the validation data\n"
+                + yaml.safe_dump(_plain(rec), sort_keys=False, width=110, default_flow_style=None))
     written.append(str(out))
     return written
 
@@ -487,5 +488,5 @@ def write_error_band(summary: dict, path, date: str | None = None, by: str = "pu
         lines.append(f"  {k}:")
         for g, s in regs.items():
             lines.append(f"    {g}: {band(s)}")
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_text(path, "\n".join(lines) + "\n")
     return str(path)

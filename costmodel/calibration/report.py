@@ -13,6 +13,7 @@ from costmodel.engine import memory
 from costmodel.engine.evaluate import build_exec
 from costmodel.calibration.calibrate import fmt_value, today, write_error_band
 from costmodel.calibration.validate import Measurement
+from costmodel.inputs.outputs import atomic_path, atomic_text
 
 # ------------------------------------------------------------------------------------------- diagnoses
 
@@ -166,7 +167,8 @@ def plot(rows: list[dict], path) -> str:
     fig.suptitle("costmodel validate: predicted vs measured (held out by publication), grey = within 25 %",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 0.96))
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return str(path)
 
@@ -373,5 +375,5 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
         L.append(f"| {r['id']} | {r['source_group']} | {r['metric']} | {meas} | {pred} | {err} |")
     L += ["", f"Error band for the claim checker: `{Path(band).name}` (overall and per metric, held out).", ""]
     path = out_dir / "REPORT.md"
-    path.write_text("\n".join(L), encoding="utf-8")
+    atomic_text(path, "\n".join(L))
     return [str(path), png, band]

@@ -96,19 +96,29 @@ MODEL_FIELDS = ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads", "h
                 "published_params", "source")
 
 
+#: largest value of each dimension (far beyond any published model; keeps every parameter count and
+#: FLOP product finite and exact in a float64)
+MAX_DIM = {"n_layers": 1 << 14, "d_model": 1 << 20, "n_heads": 1 << 16, "n_kv_heads": 1 << 16, "head_dim": 1 << 16,
+           "d_ff": 1 << 24, "vocab_size": 1 << 26, "n_experts": 1 << 16, "experts_per_token": 1 << 16}
+
+
+def _dim(f: Fields, key: str, dim: str | None = None, **kw) -> int:
+    """An integer dimension ``key`` in 1..MAX_DIM[dim or key]."""
+    return f.num(key, integer=True, min_value=1, max_value=MAX_DIM[dim or key], **kw)
+
+
 def _from_zoo_yaml(data, src: str) -> Model:
     f = Fields(data, src)
     f.check_keys(MODEL_FIELDS)
-    i = dict(required=True, integer=True, min_value=1)
     m = Model(
-        id=f.text("id"), name=f.text("name"), n_layers=f.num("n_layers", **i), d_model=f.num("d_model", **i),
-        n_heads=f.num("n_heads", **i), n_kv_heads=f.num("n_kv_heads", **i), head_dim=f.num("head_dim", **i),
-        d_ff=f.num("d_ff", **i), vocab_size=f.num("vocab_size", **i),
+        id=f.text("id"), name=f.text("name"), n_layers=_dim(f, "n_layers"), d_model=_dim(f, "d_model"),
+        n_heads=_dim(f, "n_heads"), n_kv_heads=_dim(f, "n_kv_heads"), head_dim=_dim(f, "head_dim"),
+        d_ff=_dim(f, "d_ff"), vocab_size=_dim(f, "vocab_size"),
         ffn_type=f.text("ffn_type", required=False, default="gated", choices=("gated", "plain")),
         tied_embeddings=f.flag("tied_embeddings", required=False, default=False),
-        n_experts=f.num("n_experts", required=False, default=1, integer=True, min_value=1),
-        experts_per_token=f.num("experts_per_token", required=False, default=1, integer=True, min_value=1),
-        published_params=f.num("published_params", required=False, min_value=0),
+        n_experts=_dim(f, "n_experts", required=False, default=1),
+        experts_per_token=_dim(f, "experts_per_token", required=False, default=1),
+        published_params=f.num("published_params", required=False, min_value=0, max_value=1e16),
         source=f.text("source", required=False, default=""),
     )
     _check(m, src)
@@ -127,25 +137,27 @@ def _check(m: Model, src: str) -> None:
 def from_hf_config(data, src: str) -> Model:
     """Parse a Hugging Face ``config.json`` (LLaMA/Mistral/Mixtral/Qwen2-style field names)."""
     f = Fields(data, src)
-    i = dict(required=True, integer=True, min_value=1)
-    d = f.num("hidden_size", **i)
-    heads = f.num("num_attention_heads", **i)
-    kv = f.num("num_key_value_heads", required=False, default=heads, integer=True, min_value=1)
-    hd = f.num("head_dim", required=False, default=None, integer=True, min_value=1, allow_null=True)
+    d = _dim(f, "hidden_size", "d_model")
+    heads = _dim(f, "num_attention_heads", "n_heads")
+    kv = _dim(f, "num_key_value_heads", "n_kv_heads", required=False, default=heads)
+    hd = _dim(f, "head_dim", required=False, default=None, allow_null=True)
     if hd is None:
         if d % heads:
             raise InputError("hidden_size is not divisible by num_attention_heads; give head_dim",
                              source=src, field="head_dim")
         hd = d // heads
-    e = f.num("num_local_experts", required=False, default=1, integer=True, min_value=1, allow_null=True) or 1
-    k = f.num("num_experts_per_tok", required=False, default=1, integer=True, min_value=1, allow_null=True) or 1
+    e = _dim(f, "num_local_experts", "n_experts", required=False, default=1, allow_null=True) or 1
+    k = _dim(f, "num_experts_per_tok", "experts_per_token", required=False, default=1, allow_null=True) or 1
     act = data.get("hidden_act", "silu")
-    gated = data.get("model_type", "llama") not in ("gpt2", "opt", "gpt_neox", "bloom") and act in (
-        "silu", "swiglu", "gelu", "gelu_pytorch_tanh", "geglu")
-    name = data.get("_name_or_path") or Path(src).parent.name or Path(src).stem
+    model_type = data.get("model_type", "llama")
+    gated = not (isinstance(model_type, str) and model_type in ("gpt2", "opt", "gpt_neox", "bloom")) and \
+        isinstance(act, str) and act in ("silu", "swiglu", "gelu", "gelu_pytorch_tanh", "geglu")
+    name = data.get("_name_or_path")
+    name = name if isinstance(name, str) and name else Path(src).parent.name or Path(src).stem
     m = Model(
-        id=str(src), name=str(name), n_layers=f.num("num_hidden_layers", **i), d_model=d, n_heads=heads,
-        n_kv_heads=kv, head_dim=hd, d_ff=f.num("intermediate_size", **i), vocab_size=f.num("vocab_size", **i),
+        id=str(src), name=name[:200], n_layers=_dim(f, "num_hidden_layers", "n_layers"), d_model=d, n_heads=heads,
+        n_kv_heads=kv, head_dim=hd, d_ff=_dim(f, "intermediate_size", "d_ff"),
+        vocab_size=_dim(f, "vocab_size"),
         ffn_type="gated" if gated else "plain",
         tied_embeddings=f.flag("tie_word_embeddings", required=False, default=False),
         n_experts=e, experts_per_token=k if e > 1 else 1, source=f"Hugging Face config {src}",
@@ -154,17 +166,36 @@ def from_hf_config(data, src: str) -> Model:
     return m
 
 
+#: largest config.json read (Hugging Face configs are a few KiB; a label table can make one larger)
+MAX_JSON_BYTES = 4 << 20
+
+
+def read_json(path: str):
+    """A JSON file (UTF-8, at most MAX_JSON_BYTES, nesting within the parser's recursion limit);
+    anything else is an InputError naming the file."""
+    from costmodel.inputs.specs import input_path
+    p = input_path(path, "a config.json file")
+    try:
+        size = p.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"file too large ({size} bytes)", source=path, allowed=f"at most {MAX_JSON_BYTES} bytes")
+        text = p.read_bytes().decode("utf-8")
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                         source=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}): a config.json is UTF-8 JSON", source=path) from None
+    except RecursionError:
+        raise InputError("malformed JSON: nested too deeply", source=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or type(exc).__name__}", source=path) from None
+
+
 @functools.lru_cache(maxsize=256)
 def _load_path(path: str) -> Model:
     if path.endswith(".json"):
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                             source=path) from None
-        except OSError as exc:
-            raise InputError(f"cannot read file: {exc}", source=path) from None
-        return from_hf_config(data, path)
+        return from_hf_config(read_json(path), path)
     data = load_yaml(path)
     if isinstance(data, dict) and "hidden_size" in data:
         return from_hf_config(data, path)

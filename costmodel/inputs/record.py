@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from costmodel.errors import InputError, suggest
+from costmodel.errors import InputError, shown, shown_text, suggest
 from costmodel.inputs import rules
 from costmodel.inputs.fields import (BY_NAME, DRAFT_KINDS, DTYPE_CHOICES, FIELD_NAMES, FIELDS, KERNELS,  # noqa: F401
                                      MAX_RANKS, META_FIELDS, PLACEMENTS, REQUIRED_FIELDS, SCHEDULES, STRATEGIES,
@@ -42,24 +42,31 @@ INT_FIELDS = {f.name: int(f.minimum) for f in FIELDS if f.kind == "int"}
 
 
 def _short(v, limit: int = 40) -> str:
-    """A bad value as messages show it: command-line text as typed, anything else as its repr."""
-    r = v.strip() if isinstance(v, str) and v.strip() and v.strip() == v.strip().strip("'\"") else repr(v)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    """A bad value as messages show it: command-line text as typed, anything else as its repr
+    (cut before it is built: :func:`costmodel.errors.shown`)."""
+    if isinstance(v, str):
+        head = v[:limit + 8].strip()
+        if head and head == head.strip("'\""):
+            return shown_text(head if len(v) <= limit + 8 else head + "...", limit)
+    return shown(v, limit)
 
 
 def _as_number(name, v, src, what, allowed=None):
     """bool/str/int/float -> int or float, refusing non-numbers and non-finite values ('nan', 'inf')."""
     if isinstance(v, bool):
-        raise InputError(f"must be {what}, got {v!r}", source=src, field=name, allowed=allowed)
+        raise InputError(f"must be {what}, got {shown(v)}", source=src, field=name, allowed=allowed)
     if isinstance(v, str):
         s = v.strip().replace("_", "")
+        if not s.isascii():     # int() and float() would read Arabic-Indic or full-width digits
+            raise InputError(f"must be {what} written with ASCII digits, got {shown(v)}", source=src, field=name,
+                             allowed=allowed)
         try:
             v = int(s)
         except ValueError:
             try:
                 v = float(s)
             except ValueError:
-                raise InputError(f"must be {what}, got {v!r}", source=src, field=name, allowed=allowed) from None
+                raise InputError(f"must be {what}, got {shown(v)}", source=src, field=name, allowed=allowed) from None
     if not isinstance(v, (int, float)):
         kind = {list: "a list", tuple: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
         raise InputError(f"must be {what}, got {kind} {_short(v)}", source=src, field=name, allowed=allowed)
@@ -169,7 +176,7 @@ def _as_text(name, v, src):
         s = s.lower() if spec.choices is DTYPE_CHOICES else s.lower().replace("-", "_")
         s = dict(spec.aliases).get(s, s)
         if s not in spec.choices:
-            raise InputError(f"unknown value {v!r}{suggest(s, spec.choices)}", source=src, field=name,
+            raise InputError(f"unknown value {shown(v)}{suggest(s, spec.choices)}", source=src, field=name,
                              allowed=spec.allowed)
     return s
 

@@ -80,20 +80,37 @@ class Runtime:
         return getattr(self, f"lm_head_bytes_per_weight_{dtype}")
 
 
+#: physical upper bounds of the required numbers (lower bound 0; an efficiency at least 0.01, since
+#: 0 would divide by zero): beyond these a value is a unit mistake, and the engine's products of
+#: them stay finite
+MAX_VALUE = {"kernels_per_layer": 1e4, "kernels_per_pass": 1e5, "host_per_kernel_s": 1.0, "step_overhead_s": 10.0,
+             "bandwidth_efficiency": 1.0, "compute_efficiency": 1.0, "memory_overhead_bytes": 1e15}
+OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "sm_bandwidth_bytes_per_s",
+            "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
+            "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
+            "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs")
+KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL
+
+
 def parse_runtime(data, src: str) -> Runtime:
+    """Validate one runtime mapping: unknown keys refused, each parameter a ``{value, source}`` pair
+    with its value in range."""
     f = Fields(data, src)
+    f.check_keys(KEYS)
+    for k in NUMERIC + OPTIONAL:
+        if isinstance(f.data.get(k), dict):
+            f.sub(k).check_keys(("value", "source"))
     vals, sources = {}, []
     for k in NUMERIC:
         s = f.sub(k)
         # efficiencies are fractions of the hardware's achievable rates: (0, 1] (0 would divide by
-        # zero; above 1 the model would beat the datasheet); overheads are >= 0
-        vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0,
-                        max_value=1.0 if "efficiency" in k else None)
+        # zero; above 1 the model would beat the datasheet); overheads are >= 0 and below MAX_VALUE
+        vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0, max_value=MAX_VALUE[k])
         sources.append((k, s.text("source")))
     for k in ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8"):
         s = f.sub(k, required=False)
         if s is not None:
-            vals[k] = s.num("value", min_value=0)
+            vals[k] = s.num("value", min_value=0, max_value=1e3)
             sources.append((k, s.text("source")))
     s = f.sub("sm_bandwidth_bytes_per_s", required=False)
     if s is not None:                   # 0.1 GB/s .. 1 TB/s per SM
@@ -128,7 +145,8 @@ def parse_runtime(data, src: str) -> Runtime:
             sources.append((k, s.text("source")))
     chunk = f.sub("prefill_chunk_tokens", required=False)
     if chunk is not None:
-        vals["prefill_chunk_tokens"] = chunk.num("value", min_value=1, allow_null=True, required=False)
+        vals["prefill_chunk_tokens"] = chunk.num("value", min_value=1, max_value=1 << 24, allow_null=True,
+                                                 required=False)
         sources.append(("prefill_chunk_tokens", chunk.text("source")))
     return Runtime(id=f.text("id"), name=f.text("name"), uses_cuda_graphs=f.flag("uses_cuda_graphs"),
                    fused_attention=f.flag("fused_attention"), sources=tuple(sources), **vals)

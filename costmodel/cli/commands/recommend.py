@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown
 
 
 def _range(text: str, name: str):
     parts = text.replace("..", ":").split(":")
     try:
+        if len(parts) > 2 or not text.isascii():
+            raise ValueError(text)
         vals = [float(p) for p in parts]
     except ValueError:
-        raise InputError(f"expected LOW:HIGH in SI units, got {text!r}", field=name,
+        raise InputError(f"expected LOW:HIGH in SI units, got {shown(text)}", field=name,
                          allowed="e.g. 3e11:3.35e12") from None
     if len(vals) == 1:
         vals = vals * 2
-    if len(vals) != 2:
-        raise InputError(f"expected LOW:HIGH, got {text!r}", field=name)
-    return tuple(vals)
+    return tuple(vals)     # finiteness and physical range: costmodel.analysis.recommend
 
 
 def cmd_recommend(args):

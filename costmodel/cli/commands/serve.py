@@ -32,6 +32,9 @@ def register(subparsers, common):
 def run(args):
     from costmodel.serving import api
     fields = parse_kv(args.fields)
+    if args.plot:                       # before the simulation: extension, folder
+        from costmodel.inputs.outputs import check_output_path
+        check_output_path(args.plot, (".png", ".svg", ".pdf"), field="--plot")
     if args.max_rate:
         out = api.max_rate(fields)
         if args.plot and out.get("at_max"):

@@ -49,9 +49,12 @@ def run(args):
     written = []
     if args.fit or args.report:
         from costmodel.calibration import calibrate, report
-        if (args.fit or args.report) and not out_dir.is_dir():
-            from costmodel.errors import InputError
-            raise InputError("output folder not found", source=str(out_dir), field="--output-dir")
+        from costmodel.errors import InputError
+        from costmodel.inputs.outputs import check_output_path
+        if not out_dir.is_dir():
+            raise InputError("output folder not found", source=str(out_dir)[:300], field="--output-dir")
+        for name in ("REPORT.md", "calibration.yaml"):      # every file is checked before the fit runs
+            check_output_path(out_dir / name, None, field="--output-dir")
         by = "publication" if args.by == "source" else args.by
         loso = calibrate.leave_one_source_out(ms, by=by)
         rows = loso["rows"]
