@@ -25,7 +25,7 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     L = P + ctx.G / 2.0
     step = ar_step(ctx, B, P)
     mem = target_memory(ex, B * (P + ctx.G), [prefill_memory_pass(ctx, B, P),
-                                             (B, B, B * (L + 1))])
+                                             (B, B, B * (L + 1))], seqs=B)
     return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B,
                    prefill=prefill_cost(ctx, B, P), memory=mem,
                    kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp,

@@ -57,7 +57,7 @@ def decode_shape(B, q, L, extra_ops=None) -> PassShape:
     """B sequences × q causal new tokens over L cached tokens; KV read once per sequence."""
     B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
     return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * L,
-                     lm_tokens=B * q, extra_ops=extra_ops or [])
+                     lm_tokens=B * q, extra_ops=extra_ops or [], seqs=B)
 
 
 def prefill_shape(B, P) -> PassShape:
@@ -65,7 +65,7 @@ def prefill_shape(B, P) -> PassShape:
     B = np.asarray(B, dtype=float)
     P = np.maximum(np.asarray(P, dtype=float), 1.0)
     tokens = B * P
-    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B)
+    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B, seqs=B)
 
 
 def with_step_overhead(cost: Cost, ex: Exec, speculative: bool = False) -> Cost:
@@ -87,12 +87,13 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
         return with_step_overhead(pass_cost(shape, ctx.ex), ctx.ex)
     n = np.ceil(shape.tokens / chunk)
     per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
-                    lm_tokens=shape.lm_tokens / n)
+                    lm_tokens=shape.lm_tokens / n, seqs=shape.seqs)
     return with_step_overhead(pass_cost(per, ctx.ex).scale(n), ctx.ex)
 
 
-def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
-    """Breakdown on one target device. ``passes``: (tokens, lm_tokens, pairs) of each pass run."""
+def target_memory(ex: Exec, kv_tokens, passes: list, seqs=None) -> dict:
+    """Breakdown on one target device. ``passes``: (tokens, lm_tokens, pairs) of each pass run;
+    ``seqs``: the sequences holding the ``kv_tokens`` (windowed layers keep at most a window each)."""
     chunk = ex.rt.prefill_chunk_tokens
     if chunk is not None:      # the scheduler never runs more than `chunk` tokens in one pass
         passes = [(np.minimum(t, chunk), np.minimum(lm, chunk), pr * np.minimum(1.0, chunk / np.maximum(t, 1.0)))
@@ -101,7 +102,7 @@ def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
     scores = [memory.score_bytes(ex, pr) for _, _, pr in passes]
     return {
         "target_weights": np.asarray(ex.weight_bytes_device()),
-        "target_kv": np.asarray(kv_tokens, dtype=float) * ex.kv_bytes_per_token_device,
+        "target_kv": ex.kv_bytes_device(kv_tokens, seqs),
         "activations": _largest(acts),
         "attention_scores": _largest(scores),
         "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),

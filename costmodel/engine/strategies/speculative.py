@@ -126,7 +126,7 @@ def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
     if draft is None:
         return {"draft_weights": np.asarray(0.0), "draft_kv": np.asarray(0.0)}
     w = 0.0 if ctx.rec.draft_model == "self" else draft.weight_bytes_device()
-    return {"draft_weights": np.asarray(w), "draft_kv": np.asarray(kv_tokens, dtype=float) * draft.kv_bytes_per_token_device}
+    return {"draft_weights": np.asarray(w), "draft_kv": draft.kv_bytes_device(kv_tokens, ctx.B)}
 
 
 def speculative(ctx: Ctx, draft) -> Outcome:
@@ -146,7 +146,7 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)
     mem = target_memory(ex, kv_tokens, [prefill_memory_pass(ctx),
-                                        (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))])
+                                        (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))], seqs=B)
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     dmem = draft_memory(ctx, draft, d_kv_tokens)
     other = None

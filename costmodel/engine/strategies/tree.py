@@ -140,7 +140,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
     q = tr.n_nodes + 1.0
     kv_tokens = B * (ctx.L_peak + q)
     mem = target_memory(ex, B * ctx.L_peak, [prefill_memory_pass(ctx),
-                                             (vs.tokens, vs.lm_tokens, vs.pairs)])
+                                             (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     mem["tree_scratch"] = (kv_tokens - B * ctx.L_peak) * ex.kv_bytes_per_token_device
     if kind == "medusa":
         m = ex.model
