@@ -52,6 +52,10 @@ def build_exec(rec: Record) -> Exec:
     if model.n_layers % pp:
         raise InputError(f"pipeline_parallel {pp} does not divide the model's {model.n_layers} layers",
                          field="pipeline_parallel", value=pp)
+    if model.max_context is not None and rec.prompt_len + rec.gen_len > model.max_context:
+        raise InputError(f"prompt_len + gen_len = {rec.prompt_len + rec.gen_len} exceeds {model.id}'s "
+                         f"max_context {model.max_context}", field="prompt_len",
+                         allowed=f"prompt_len + gen_len <= {model.max_context}")
     return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
                 allreduce_algorithm=rec.allreduce_algorithm)
 
@@ -64,6 +68,10 @@ def build_draft(rec: Record, ex: Exec):
     if dm == "self":
         return ex
     model = load_model(dm, field="draft_model")
+    if model.vocab_size != ex.model.vocab_size:
+        raise InputError(f"the draft's vocabulary ({model.vocab_size} tokens) differs from the target's "
+                         f"({ex.model.vocab_size}): its tokens cannot be verified", field="draft_model",
+                         value=dm, allowed="a draft with the target's tokenizer")
     return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=1, pp=1)
 
 
