@@ -106,3 +106,27 @@ def test_hf_configs_import_like_the_zoo(name, zoo):
                  "n_moe_layers", "mla", "max_context", "vocab_size"):
         assert getattr(hf, attr) == getattr(z, attr), attr
     assert hf.kv_bytes_per_token(2.0) == z.kv_bytes_per_token(2.0)
+
+
+def test_fp4_block_formats_bytes_per_param():
+    from costmodel.inputs import dtypes
+    # NVFP4: 4-bit E2M1 + one 8-bit E4M3 scale per 16 -> (4 + 8/16)/8 = 0.5625 B
+    assert dtypes.weight_bytes_per_param("nvfp4") == 0.5 + 1.0 / 16 == 0.5625
+    # MXFP4: 4-bit E2M1 + one 8-bit E8M0 scale per 32 -> 17 B per 32 = 0.53125 B
+    assert dtypes.weight_bytes_per_param("mxfp4") == 17 / 32 == 0.53125
+
+
+def test_fp4_runs_natively_on_blackwell_and_weight_only_on_hopper():
+    rec = dict(model="gpt-oss-120b", hardware="b200", batch_size=1, prompt_len=1024, weight_dtype="mxfp4")
+    b200 = build_exec(parse_record(rec))
+    h100 = build_exec(parse_record(dict(rec, hardware="h100-sxm")))
+    assert b200.compute_dtype == "fp4" and b200.dequant_flops_per_weight == 0.0
+    assert h100.compute_dtype == "fp16"      # unpacked and scaled like int4 (the runtime's int4 figure)
+    assert h100.dequant_flops_per_weight == h100.rt.dequant_flops_per_weight_int4
+    assert b200.kv_dtype == "fp16"
+    # every decoder matrix at 0.53125 B (the default runtime quantises embedding and LM head too)
+    assert b200.w_bytes == 0.53125
+    # gpt-oss-120b in MXFP4: 116.8e9 params x ~0.53 B = ~62 GB, fits one 80 GB H100
+    out = evaluate(dict(rec, hardware="h100-sxm"))
+    assert out["weights_bytes"] == pytest.approx(load_model("gpt-oss-120b").n_params * 0.53125, rel=0.02)
+    assert out["fits"]

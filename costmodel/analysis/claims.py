@@ -378,7 +378,7 @@ def hard_limits(rec, out: dict) -> Limits:
     seqs = float(out.get("n_sequences", rec.batch_size))
     kv_seqs = float(rec.batch_size) if rec.strategy == "shared_prefix" else seqs
     bw = hw.bandwidth_bytes_per_s
-    peak = hw.matrix_peak(dtypes.compute_dtype(ex.weight_dtype))
+    peak = hw.matrix_peak(ex.compute_dtype)
     n_act = float(m.active_params_per_token)
     w_read = ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
     kv_tok_all_layers = ex.kv_bytes_per_token_layer * m.n_layers          # per device, all pipeline stages

@@ -42,7 +42,7 @@ def build_exec(rec: Record) -> Exec:
     hw = load_hardware(rec.hardware, rec.power_mode)
     rt = load_runtime(rec.runtime)
     wd = dtypes.check(rec.weight_dtype, "weight_dtype")
-    kd = dtypes.check(rec.kv_dtype or ("fp16" if wd in ("int8", "int4") else wd), "kv_dtype")
+    kd = dtypes.check(rec.kv_dtype or dtypes.kv_default(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
     if model.n_heads % tp:

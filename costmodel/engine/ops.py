@@ -63,6 +63,8 @@ class Exec:
         if not self.quantised:
             return dtypes.BYTES_PER_ELEMENT[dtypes.check(self.weight_dtype, "weight_dtype")]
         wd = self.weight_dtype
+        if wd in dtypes.FP4_BLOCK_FORMATS:
+            return dtypes.quantised_bytes_per_weight(wd, *dtypes.FP4_BLOCK_FORMATS[wd])
         return dtypes.quantised_bytes_per_weight(wd, self.rt.group_size(wd), self.rt.scale_bytes_per_group(wd), d_in)
 
     @functools.cached_property
@@ -167,14 +169,22 @@ class Exec:
         """Vector-unit FLOPs a weight-only int8/int4 GEMM spends per weight it reads (unpack, convert to
         fp16, apply the group scale/zero); 0 for weights stored in the compute dtype. A property of the
         runtime's kernels: ``Runtime.dequant_flops_per_weight`` (runtimes/*.yaml, with sources)."""
+        if self.weight_dtype in dtypes.FP4_BLOCK_FORMATS:    # no fp4 units: unpacked and scaled as int4 is
+            # TODO: report the weight-only fallback in the output's notes once they exist
+            return 0.0 if self.compute_dtype == "fp4" else float(self.rt.dequant_flops_per_weight_int4)
         if self.weight_dtype not in ("int4", "int8"):
             return 0.0
         return float(getattr(self.rt, f"dequant_flops_per_weight_{self.weight_dtype}"))
 
     @functools.cached_property
+    def compute_dtype(self) -> str:
+        """Dtype the matrix units run in (:func:`costmodel.inputs.dtypes.compute_dtype` on this hardware)."""
+        return dtypes.compute_dtype(self.weight_dtype, self.hw)
+
+    @functools.cached_property
     def matrix_flops_per_s(self) -> float:
         """Achievable matrix FLOP/s: peak(compute dtype) · hardware and runtime efficiency."""
-        return (self.hw.matrix_peak(dtypes.compute_dtype(self.weight_dtype))
+        return (self.hw.matrix_peak(self.compute_dtype)
                 * self.hw.matrix_efficiency * self.rt.compute_efficiency)
 
     @functools.cached_property

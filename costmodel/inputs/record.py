@@ -20,7 +20,8 @@ KERNELS = ("prefix_aware", "per_branch", "dense_masked")
 PLACEMENTS = ("same_device", "separate_device", "separate_node")
 SCHEDULES = ("serial", "overlap")
 SYNC = ("ragged", "lockstep")
-DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
+KV_DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
 TREE_SHAPES = ("full", "optimal", "optimal_for_hardware", "explicit", "chain")
 
 
@@ -76,7 +77,7 @@ INT_FIELDS = {"batch_size": 1, "prompt_len": 1, "gen_len": 1, "n_devices": 1, "t
               "tree_nodes": 1, "n_branches": 1, "shared_prefix_len": 0}
 CHOICES = {"strategy": STRATEGIES, "attention_kernel": KERNELS, "draft_placement": PLACEMENTS,
            "draft_schedule": SCHEDULES, "batch_sync": SYNC, "weight_dtype": DTYPE_CHOICES,
-           "kv_dtype": DTYPE_CHOICES, "tree_shape": TREE_SHAPES, "allreduce_algorithm": ("auto", "ring", "tree")}
+           "kv_dtype": KV_DTYPE_CHOICES, "tree_shape": TREE_SHAPES, "allreduce_algorithm": ("auto", "ring", "tree")}
 MAX_INT = {"batch_size": 1 << 20, "prompt_len": 1 << 24, "gen_len": 1 << 24, "n_devices": 4096,
            "gamma": 64, "tree_width": 64, "tree_depth": 64, "tree_nodes": 1024, "n_branches": 4096}
 
