@@ -64,7 +64,8 @@ class Runtime:
         return getattr(self, f"{dtype}_scale_bytes_per_group")
 
     def lm_head_bytes_per_weight(self, dtype: str) -> float | None:
-        return getattr(self, f"lm_head_bytes_per_weight_{dtype}")
+        """The LM head's own format for ``dtype`` (None: the body's format, as for nvfp4/mxfp4)."""
+        return getattr(self, f"lm_head_bytes_per_weight_{dtype}", None)
 
 
 def parse_runtime(data, src: str) -> Runtime:
