@@ -19,7 +19,7 @@ def test_deepseek_v3_mla_kv_bytes_per_token():
     assert m.kv_bytes_per_token(1.0) == (512 + 64) * 61 == 35_136          # fp8
     # the latent is shared by every head: a TP rank holds all of it (not split 8 ways)
     ex = build_exec(parse_record(dict(model="deepseek-v3", hardware="b200", batch_size=1, prompt_len=1,
-                                      n_devices=8, weight_dtype="fp8")))
+                                      n_devices=8, weight_dtype="fp8", kv_dtype="fp8")))
     assert ex.kv_bytes_per_token_device == 576 * 1.0 * 61
 
 
@@ -83,9 +83,15 @@ def test_llama4_chunked_attention_layers():
     assert (m.window_kind, m.attention_window, m.n_global_layers, m.n_window_layers) == ("chunked", 8192, 12, 36)
 
 
-def test_record_beyond_max_context_is_an_input_error():
-    with pytest.raises(InputError, match="max_context"):
-        evaluate(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=4000, gen_len=128))
+def test_context_beyond_max_context_is_an_input_error():
+    from costmodel.engine.evaluate import check_context
+    rec = parse_record(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=4000, gen_len=128))
+    with pytest.raises(InputError, match="max_context"):          # 4000 + 128 = 4128 > 4096
+        check_context(rec, load_model("llama-2-7b"))
+    check_context(rec.replace(gen_len=96), load_model("llama-2-7b"))   # 4096: allowed
+    import numpy as np
+    with pytest.raises(InputError, match="max_context"):          # any element of a sweep
+        check_context(rec, load_model("llama-2-7b"), {"prompt_len": np.array([16, 4000])})
 
 
 def test_draft_with_another_vocabulary_is_an_input_error():
@@ -130,3 +136,12 @@ def test_fp4_runs_natively_on_blackwell_and_weight_only_on_hopper():
     out = evaluate(dict(rec, hardware="h100-sxm"))
     assert out["weights_bytes"] == pytest.approx(load_model("gpt-oss-120b").n_params * 0.53125, rel=0.02)
     assert out["fits"]
+
+
+def test_fp4_fallback_is_noted():
+    out = evaluate(dict(model="gpt-oss-120b", hardware="h100-sxm", batch_size=1, prompt_len=1024,
+                        weight_dtype="mxfp4"))
+    assert any("mxfp4 weights run weight-only" in n for n in out["notes"])
+    native = evaluate(dict(model="gpt-oss-120b", hardware="b200", batch_size=1, prompt_len=1024,
+                           weight_dtype="mxfp4"))
+    assert not any("weight-only" in n for n in native["notes"])

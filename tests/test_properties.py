@@ -282,7 +282,7 @@ def test_every_zoo_pair_gives_finite_results():
 
 
 @given(st.sampled_from([i for i in MODELS if load_model(i).n_window_layers]), st.sampled_from(HARDWARE),
-       st.integers(1, 64), st.integers(0, 4096), st.integers(1, 4096), st.sampled_from((1, 2)))
+       st.integers(1, 64), st.integers(0, 1024), st.integers(1, 1024), st.sampled_from((1, 2)))
 def test_windowed_layers_stop_growing(model, hw, batch, past, extra, tp):
     """Past the window, a longer prompt adds KV only on global layers (windowed layers hold their window):
     growth = B · extra · per-layer bytes · global layers · tp (every device of the group)."""
