@@ -20,7 +20,8 @@ def test_deepseek_v3_mla_kv_bytes_per_token():
     # the latent is shared by every head: a TP rank holds all of it (not split 8 ways)
     ex = build_exec(parse_record(dict(model="deepseek-v3", hardware="b200", batch_size=1, prompt_len=1,
                                       n_devices=8, weight_dtype="fp8", kv_dtype="fp8")))
-    assert ex.kv_bytes_per_token_device == 576 * 1.0 * 61
+    from costmodel.engine import memory
+    assert memory.kv_bytes_per_token_device(ex) == 576 * 1.0 * 61
 
 
 def test_deepseek_v3_total_and_active_params():

@@ -92,32 +92,6 @@ class Exec:
             return self.act_bytes
         return self.w_bytes
 
-    def weight_bytes_total(self) -> float:
-        """Weights of the whole model (all devices, no TP replication): decoder matrices in the quantised
-        format (scale bytes per matrix at its own d_in), norms in the activation dtype when quantised,
-        token embedding and (untied) LM head in their own formats (``embedding_w_bytes``,
-        ``lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes."""
-        m = self.model
-        if not self.quantised:
-            return m.n_params * self.w_bytes
-        d, o = m.d_model, m.o_dim
-
-        def layer(n_mats, width, router):
-            """One layer: attention (o_proj at d_in = heads·v), n_mats FFN matrices of d×width (the down
-            projection at d_in = width), the router, norms in the activation dtype."""
-            ff = n_mats * ((3 if m.ffn_type == "gated" else 2) * d * width)
-            down = n_mats * d * width
-            return ((m.attn_params_per_layer - o * d + router) * self.w_bytes_for(d) + o * d * self.w_bytes_for(o)
-                    + (ff - down) * self.w_bytes_for(d) + down * self.w_bytes_for(width)
-                    + m.norm_params_per_layer * self.act_bytes)
-
-        kinds = [(m.n_dense_layers, (1, m.d_ff, 0)),
-                 (m.n_moe_layers, (m.n_experts + m.n_shared_experts, m.expert_d_ff, m.router_params))]
-        parts = [n * layer(*k) for n, k in kinds if n]
-        layers = parts[0] if len(parts) == 1 else parts[0] + parts[1]
-        head = 0.0 if m.tied_embeddings else m.lm_head_params * self.lm_head_w_bytes
-        return layers + m.embedding_params * self.embedding_w_bytes + head + d * self.act_bytes
-
     @functools.cached_property
     def kv_elem_bytes(self) -> float:
         return dtypes.kv_bytes_per_element(self.kv_dtype)
@@ -145,24 +119,6 @@ class Exec:
         if self.model.mla is not None:
             return float(self.model.kv_elements_per_token_layer) * self.kv_elem_bytes
         return 2.0 * self.kv_heads_per_device * self.model.head_dim * self.kv_elem_bytes
-
-    @functools.cached_property
-    def kv_bytes_per_token_device(self) -> float:
-        """KV of one token over this device's layers, every layer holding it (a context within every
-        window); :meth:`kv_bytes_device` caps the windowed layers."""
-        return self.kv_bytes_per_token_layer * self.model.n_layers / self.pp
-
-    def kv_bytes_device(self, kv_tokens, seqs=None):
-        """KV bytes on one device for ``kv_tokens`` stored tokens of ``seqs`` sequences: global layers
-        hold every token, windowed layers at most seqs·attention_window:
-        per-layer bytes·(global·N + windowed·min(N, seqs·W))/pp. Without a window (or ``seqs``)
-        N · kv_bytes_per_token_device."""
-        m = self.model
-        n = np.asarray(kv_tokens, dtype=float)
-        if m.attention_window is None or seqs is None or m.n_window_layers == 0:
-            return n * self.kv_bytes_per_token_device
-        capped = np.minimum(n, np.asarray(seqs, dtype=float) * m.attention_window)
-        return self.kv_bytes_per_token_layer * (m.n_global_layers * n + m.n_window_layers * capped) / self.pp
 
     @functools.cached_property
     def dequant_flops_per_weight(self) -> float:
@@ -201,21 +157,6 @@ class Exec:
         bw = self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
         cap = self.rt.sm_bandwidth_bytes_per_s
         return bw if cap is None else np.minimum(bw, self.hw.sm_count * cap)
-
-    def weight_bytes_device(self) -> float:
-        """Weights resident on one device: (all parameters + replicated K/V projections) / (tp·pp).
-
-        When kv_heads < tp each device keeps ceil(kv/tp) KV heads, so the group holds
-        (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise).
-        Bytes per tensor as in :meth:`weight_bytes_total`.
-        """
-        m = self.model
-        if m.mla is not None:     # the q and kv down-projections (d×q_lora, d×(kv_lora + rope)) on every rank
-            a = m.mla
-            extra = (self.tp - 1) * m.d_model * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim) * m.n_layers
-        else:
-            extra = (self.kv_heads_per_device * self.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
-        return (self.weight_bytes_total() + extra * self.w_bytes) / (self.tp * self.pp)
 
 
 @dataclass
