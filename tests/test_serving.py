@@ -15,7 +15,8 @@ from costmodel.serving import serve
 from costmodel.serving.workload import gamma_for, parse_gamma_schedule
 
 AR = {"model": "llama-3-8b", "hardware": "h100-sxm", "runtime": "vllm"}
-SPEC = dict(AR, strategy="speculative", draft_model="llama-68m", gamma=4, acceptance_rate=0.6)
+# a draft must share the target's tokenizer: Llama-3.2-1B drafts for Llama-3-8B (128,256 tokens)
+SPEC = dict(AR, strategy="speculative", draft_model="llama-3.2-1b", gamma=4, acceptance_rate=0.75)
 
 
 def test_chunk_terms_by_hand():

@@ -31,7 +31,9 @@ KERNELS = ("prefix_aware", "per_branch", "dense_masked")
 PLACEMENTS = ("same_device", "separate_device", "separate_node")
 SCHEDULES = ("serial", "overlap")
 SYNC = ("ragged", "lockstep")
-DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
+#: KV-cache formats (no 4-bit block formats for the KV cache)
+KV_DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
 TREE_SHAPES = ("full", "optimal", "optimal_for_hardware", "explicit", "chain")
 ALLREDUCE = ("auto", "ring", "tree")
 
@@ -143,7 +145,7 @@ FIELDS: tuple[FieldSpec, ...] = (
        minimum=1),
     _f("weight_dtype", "choice", "fp16", "", "weight format (int8/int4 stored as the runtime stores them)",
        choices=DTYPE_CHOICES),
-    _f("kv_dtype", "choice", None, "", "KV-cache element format", choices=DTYPE_CHOICES,
+    _f("kv_dtype", "choice", None, "", "KV-cache element format", choices=KV_DTYPE_CHOICES,
        default_text="weight_dtype (fp16 for int8/int4 weights)"),
     _f("runtime", "text", None, "",
        "software stack: compiled (torch.compile / CUDA graphs), eager (HF transformers), vllm, trt-llm, "

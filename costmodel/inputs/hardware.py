@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve
 
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4")   # fp4: NVFP4/MXFP4 block-scaled
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import math
 
 from costmodel.errors import InputError, shown, shown_text, suggest
 from costmodel.inputs import rules
-from costmodel.inputs.fields import (BY_NAME, DRAFT_KINDS, DTYPE_CHOICES, FIELD_NAMES, FIELDS, KERNELS,  # noqa: F401
+from costmodel.inputs.fields import (BY_NAME, DRAFT_KINDS, DTYPE_CHOICES, KV_DTYPE_CHOICES, FIELD_NAMES, FIELDS, KERNELS,  # noqa: F401
                                      MAX_RANKS, META_FIELDS, PLACEMENTS, REQUIRED_FIELDS, SCHEDULES, STRATEGIES,
                                      SYNC, TREE_SHAPES)
 
@@ -173,7 +173,7 @@ def _as_text(name, v, src):
     if spec.keywords and s.lower() in spec.keywords:
         s = s.lower()
     if spec.kind == "choice":
-        s = s.lower() if spec.choices is DTYPE_CHOICES else s.lower().replace("-", "_")
+        s = s.lower() if spec.choices in (DTYPE_CHOICES, KV_DTYPE_CHOICES) else s.lower().replace("-", "_")
         s = dict(spec.aliases).get(s, s)
         if s not in spec.choices:
             raise InputError(f"unknown value {shown(v)}{suggest(s, spec.choices)}", source=src, field=name,

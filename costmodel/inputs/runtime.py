@@ -77,7 +77,8 @@ class Runtime:
         return getattr(self, f"{dtype}_scale_bytes_per_group")
 
     def lm_head_bytes_per_weight(self, dtype: str) -> float | None:
-        return getattr(self, f"lm_head_bytes_per_weight_{dtype}")
+        """The LM head's own format for ``dtype`` (None: the body's format, as for nvfp4/mxfp4)."""
+        return getattr(self, f"lm_head_bytes_per_weight_{dtype}", None)
 
 
 #: physical upper bounds of the required numbers (lower bound 0; an efficiency at least 0.01, since

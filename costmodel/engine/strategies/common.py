@@ -65,7 +65,7 @@ def decode_shape(B, q, L, extra_ops=None) -> PassShape:
     """B sequences × q causal new tokens over L cached tokens; KV read once per sequence."""
     B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
     return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * L,
-                     lm_tokens=B * q, extra_ops=extra_ops or [])
+                     lm_tokens=B * q, extra_ops=extra_ops or [], seqs=B)
 
 
 def prefill_shape(B, P) -> PassShape:
@@ -73,7 +73,7 @@ def prefill_shape(B, P) -> PassShape:
     B = np.asarray(B, dtype=float)
     P = np.maximum(np.asarray(P, dtype=float), 1.0)
     tokens = B * P
-    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B)
+    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B, seqs=B)
 
 
 def spec_method(draft_model: str | None) -> str:
@@ -114,7 +114,7 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
         return with_step_overhead(pass_cost(shape, ctx.ex), ctx.ex)
     n = np.ceil(shape.tokens / chunk)
     per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
-                    lm_tokens=shape.lm_tokens / n)
+                    lm_tokens=shape.lm_tokens / n, seqs=shape.seqs)
     return with_step_overhead(pass_cost(per, ctx.ex).scale(n), ctx.ex)
 
 

@@ -127,7 +127,7 @@ def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
     if draft is None:
         return memory.draft_breakdown()
     own = 0.0 if ctx.rec.draft_model == "self" else memory.weights_device_bytes(draft)
-    return memory.draft_breakdown(own, draft, kv_tokens)
+    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B)
 
 
 def speculative(ctx: Ctx, draft) -> Outcome:
@@ -147,7 +147,7 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)
     target = memory.target_breakdown(ex, kv_tokens, [memory.prefill_footprint(ex, B, ctx.P),
-                                                     (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))])
+                                                     (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))], seqs=B)
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     own = separate(ctx)
     fp = memory.footprint(ex, target, draft_memory(ctx, draft, d_kv_tokens), separate=own,

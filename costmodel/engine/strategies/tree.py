@@ -143,7 +143,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
             dcost = dcost + pass_cost(shape, d_ex)
     step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, spec_method(ctx.rec.draft_model))
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
-                                                          (vs.tokens, vs.lm_tokens, vs.pairs)])
+                                                          (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
     fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
                           separate=separate(ctx))
