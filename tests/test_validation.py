@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import costmodel
-from costmodel.calibration import calibrate
+from costmodel.calibration import calibrate, report
 from costmodel.cli.main import main
 from costmodel.errors import InputError
 from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, parse_measurement, predict, summarize, validate)
@@ -27,10 +27,14 @@ CSV = VALIDATION_DIR / "measurements.csv"
 # 11.3 / 33.7 / 79.8 with the per-step host work of speculation; 11.2 / 32.1 / 81.8 with the per-SM
 # bandwidth cap; 83.8 % within 25 % once the served-stream rows stopped calibrating; 9.9 / 29.2 / 85.9
 # with the GEMM overlap (√(c² + m²)) near the ridge.
-GUARD = {"median_abs_rel_error": 0.10, "p90_abs_rel_error": 0.30, "within_25pct": 0.84}
+# Leave-one-table-out: 9.1 / 29.2 / 86.9 with a fitted per-step speculation cost and kernels_per_pass;
+# 9.3 / 30.7 / 82.8 with both counted from the code instead (the less strict protocol loses a little
+# of what the fit absorbed; the headline below gains far more).
+GUARD = {"median_abs_rel_error": 0.10, "p90_abs_rel_error": 0.31, "within_25pct": 0.82}
 # Leave-one-publication-out (the headline): 18.1 / 81.6 / 56.6 before physical bounds; 18.2 / 82.9 / 57.6
-# with every efficiency <= 1.
-LOPO_GUARD = {"median_abs_rel_error": 0.19, "p90_abs_rel_error": 0.85, "within_25pct": 0.55}
+# with every efficiency <= 1; 14.7 / 50.5 / 69.7 with the speculation host work counted and unseen
+# parameters kept at their priors.
+LOPO_GUARD = {"median_abs_rel_error": 0.15, "p90_abs_rel_error": 0.51, "within_25pct": 0.69}
 
 
 @pytest.fixture(scope="module")
@@ -207,14 +211,14 @@ def test_error_band_file_shape():
 
 
 def test_report_files(loso, measurements, tmp_path):
-    written = calibrate.write_report(loso, measurements, tmp_path, files=["validation/measurements.csv"])
+    written = report.write_report(loso, measurements, tmp_path, files=["validation/measurements.csv"])
     names = {Path(w).name for w in written}
-    assert names == {"REPORT.md", calibrate.PLOT_NAME, "error_band.yaml"}
+    assert names == {"REPORT.md", report.PLOT_NAME, "error_band.yaml"}
     text = (tmp_path / "REPORT.md").read_text()
     assert "Worst 10 rows" in text and "By strategy" in text and "By hardware" in text
     worst = text.split("## Worst 10 rows")[1].split("##")[0]
     assert worst.count("\n| VP") + worst.count("\n| KV") >= 10
-    assert (tmp_path / calibrate.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / report.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
     band = yaml.safe_load((tmp_path / "error_band.yaml").read_text())
     assert band["overall"]["n"] == summarize(loso["rows"])["n"]
 

@@ -39,22 +39,28 @@ How it is evaluated (DESIGN §6: no Python loop per row):
 given as ``scheduler``); with ``output`` the workers write partitioned Parquet
 (``part.00000.parquet``, …) so results larger than memory never pass through one process. See
 ``docs/sweep.md``.
+
+Modules: :mod:`~costmodel.analysis.sweep_grid` (axes, blocks, array validation),
+:mod:`~costmodel.analysis.sweep_columns` (output columns), :mod:`~costmodel.analysis.sweep_output`
+(CSV / Parquet); this one evaluates the blocks (in process, forked, or on Dask) and assembles the frame.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from costmodel.analysis.sweep_columns import CODE_KEYS, Columns, array_kind, value_kind
+from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
+    check_block, grid_size, group_blocks, parse_axis, plan_axes
+from costmodel.analysis.sweep_output import need_parquet, write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
-from costmodel.engine.evaluate import NUMERIC_AXES, evaluate, evaluate_arrays
-from costmodel.engine.roofline import BOUNDS, operator_rows
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
+from costmodel.engine.evaluate import evaluate, evaluate_arrays
+from costmodel.engine.roofline import operator_rows
+from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -64,358 +70,28 @@ CHUNK_ROWS = 1 << 15
 #: rows per Dask task (each task evaluates its rows in CHUNK_ROWS pieces): 2**20 rows of ~45
 #: columns is ~0.4 GB of results per task
 DEFAULT_CHUNK_ROWS = 1 << 20
-LIST_FIELDS = ("rank_acceptance", "tree_parents")
 ENGINES = ("numpy", "dask")
-#: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
-_TREE_LOOP = ("acceptance_rate", "mean_accepted_tokens")
 _SOURCE = "sweep"
-
-
-# ----------------------------------------------------------------------------------------- axes
-
-def parse_axis(name: str, spec) -> list:
-    """Values of one axis. Python: a list/tuple/range/array (or one scalar). Text (command line):
-    ``V1,V2,...``; ``START:STOP[:STEP]`` (STOP included); ``START:STOP:*F`` (geometric, ×F);
-    list-valued fields (``rank_acceptance``, ``tree_parents``) separate alternatives with ``|``."""
-    if name not in FIELD_NAMES:
-        from costmodel.errors import suggest
-        raise InputError(f"unknown field{suggest(name, FIELD_NAMES)}", source=_SOURCE, field=name,
-                         allowed=", ".join(FIELD_NAMES))
-    if isinstance(spec, str):
-        return _parse_axis_text(name, spec)
-    if isinstance(spec, (range, np.ndarray)):
-        return list(np.asarray(spec).tolist()) if isinstance(spec, np.ndarray) else list(spec)
-    if isinstance(spec, (list, tuple)):
-        if name in LIST_FIELDS and spec and not any(isinstance(v, (list, tuple, str)) for v in spec):
-            return [tuple(spec)]          # one list value, not several alternatives
-        return list(spec)
-    return [spec]
-
-
-def _parse_axis_text(name: str, text: str) -> list:
-    s = text.strip()
-    if name in LIST_FIELDS:
-        return [p.strip() for p in s.split("|")]
-    if "," in s:
-        return [p.strip() for p in s.split(",")]
-    if s.count(":") in (1, 2):
-        parts = s.split(":")
-        try:
-            start, stop = float(parts[0]), float(parts[1])
-        except ValueError:
-            return [s]
-        step_txt = parts[2].strip() if len(parts) == 3 else "1"
-        geometric = step_txt.startswith(("*", "x"))
-        try:
-            step = float(step_txt[1:] if geometric else step_txt)
-        except ValueError:
-            raise InputError(f"bad range step {step_txt!r}", source=_SOURCE, field=name,
-                             allowed="START:STOP, START:STOP:STEP or START:STOP:*FACTOR (STOP included)") from None
-        if geometric:
-            if step <= 1 or start <= 0:
-                raise InputError(f"bad geometric range {s!r}", source=_SOURCE, field=name,
-                                 allowed="START > 0 and FACTOR > 1, e.g. 1:1024:*2")
-            n = int(math.floor(math.log(stop / start) / math.log(step) + 1e-9)) + 1 if stop >= start else 0
-            vals = [start * step ** i for i in range(max(n, 0))]
-        else:
-            if step <= 0:
-                raise InputError(f"range step must be > 0, got {step_txt!r}", source=_SOURCE, field=name)
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1 if stop >= start else 0
-            vals = [start + step * i for i in range(max(n, 0))]
-        if not vals:
-            raise InputError(f"empty range {s!r}", source=_SOURCE, field=name, allowed="START <= STOP")
-        return [_tidy(v) for v in vals]
-    return [s]
-
-
-def _tidy(v: float):
-    """0.1·3 → 0.3 (12 significant digits); integral values as int."""
-    v = float(f"{v:.12g}")
-    return int(v) if v == int(v) and abs(v) < 2 ** 53 else v
-
-
-def grid_size(**axes) -> int:
-    """Number of rows of the grid of ``axes`` (values as for :func:`sweep`)."""
-    return int(np.prod([len(parse_axis(k, v)) for k, v in axes.items()], dtype=np.int64))
-
-
-# ----------------------------------------------------------------------------------------- plan
-
-@dataclass
-class _Axis:
-    name: str
-    raw: list                      # values as given
-    numeric: bool                  # vectorised (a NUMERIC_AXES field with only numeric values)
-    values: list = field(default_factory=list)    # parsed values (numeric) / canonical (filled later)
-
-
-@dataclass
-class _Block:
-    """One evaluate_arrays call site: the record and the grid positions it covers."""
-
-    rec: Record | None
-    index: dict                    # axis name -> fixed value index (group and loop axes)
-    vec: list                      # names of the vectorised axes (in grid order)
-    rowwise: bool = False
-    label: str = ""
-
-
-def _plan_axes(base: dict, axes: dict) -> list[_Axis]:
-    out = []
-    for name, spec in axes.items():
-        vals = parse_axis(name, spec)
-        if not vals:
-            raise InputError("an axis needs at least one value", source=_SOURCE, field=name)
-        numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
-        ax = _Axis(name, vals, numeric)
-        if numeric:
-            conv = _as_int if name in INT_FIELDS else _as_float
-            ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
-        else:
-            ax.values = [None] * len(vals)
-        out.append(ax)
-    return out
-
-
-def _label(pairs) -> str:
-    return f"{_SOURCE} ({', '.join(f'{k}={_show(v)}' for k, v in pairs)})" if pairs else _SOURCE
-
-
-def _show(v):
-    if isinstance(v, (list, tuple)):
-        return ",".join(str(x) for x in v)
-    return v
-
-
-def _blocks(base: dict, axes: list[_Axis]) -> list[_Block]:
-    """Parse one record per group (and per looped value), recording canonical axis values."""
-    group = [a for a in axes if not a.numeric]
-    numeric = [a for a in axes if a.numeric]
-    blocks = []
-    for gidx in itertools.product(*(range(len(a.raw)) for a in group)):
-        gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
-        first = {a.name: a.values[0] for a in numeric}
-        rec = _parse({**base, **gvals, **first}, list(gvals.items()))
-        index = dict(zip((a.name for a in group), gidx))
-        label = _label(list(gvals.items()))
-        if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
-            # a tree searched per configuration: row by row (each row re-parsed)
-            blocks.append(_Block(rec, index, [], rowwise=True, label=label))
-        else:
-            loop = [a for a in numeric if a.name in _TREE_LOOP] if rec.strategy == "tree" else []
-            vec = [a.name for a in numeric if a not in loop]
-            for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
-                lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
-                pairs = list(gvals.items()) + list(lvals.items())
-                r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
-                blocks.append(_Block(r, {**index, **dict(zip((a.name for a in loop), lidx))}, vec,
-                                     label=_label(pairs)))
-        for a, i in zip(group, gidx):
-            if a.values[i] is None:
-                a.values[i] = _canonical(getattr(rec, a.name))
-    return blocks
-
-
-def _parse(d: dict, pairs) -> Record:
-    try:
-        return parse_record(d, source=_label(pairs))
-    except InputError:
-        raise
-    except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
-        raise InputError(str(exc), source=_label(pairs)) from None
-
-
-def _canonical(v):
-    if isinstance(v, tuple):
-        return ",".join(_num_text(x) for x in v)
-    return v
-
-
-def _num_text(x) -> str:
-    return repr(x) if isinstance(x, float) else str(x)
-
-
-def _arrays_for(block: _Block, axes: dict, sl: dict | None = None) -> dict:
-    """The vectorised axes as arrays shaped to broadcast: axis k of len(vec) dims."""
-    vec = block.vec
-    out = {}
-    for k, name in enumerate(vec):
-        v = np.asarray(axes[name].values, dtype=float)
-        if sl and name in sl:
-            v = v[sl[name]]
-        shape = [1] * len(vec)
-        shape[k] = v.shape[0]
-        out[name] = v.reshape(shape)
-    return out
-
-
-def _check_block(block: _Block, arrays: dict) -> None:
-    """Vectorised form of record.py's range checks and the checks that tie numeric fields
-    together; the first offending row is re-parsed so the error is parse_record's own."""
-    if not arrays:
-        return
-    rec = block.rec
-
-    def get(name):
-        if name in arrays:
-            return arrays[name]
-        v = getattr(rec, name)
-        return None if v is None else np.asarray(float(v))
-
-    bad = None
-    P, Ps = get("prompt_len"), get("shared_prefix_len")
-    if "prompt_len" in arrays or "shared_prefix_len" in arrays:
-        bad = _or(bad, Ps > P)
-    tau, alpha, g = get("mean_accepted_tokens"), get("acceptance_rate"), get("gamma")
-    if "acceptance_rate" in arrays:
-        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0))
-    if "mean_accepted_tokens" in arrays:
-        bad = _or(bad, tau < 1.0)
-    if rec.strategy == "speculative":
-        if tau is not None and ({"mean_accepted_tokens", "gamma"} & arrays.keys()):
-            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0))
-        if tau is not None and alpha is not None and ({"mean_accepted_tokens", "gamma", "acceptance_rate"}
-                                                      & arrays.keys()):
-            from costmodel.engine.acceptance import chain_tokens_per_step
-            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau)
-    if bad is None or not np.any(bad):
-        return
-    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
-    pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
-    row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
-           for k, name in enumerate(block.vec)}
-    row = {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in row.items()}
-    d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
-    d.update(row)
-    parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
-    raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover
-
-
-def _or(a, b):
-    return b if a is None else (a | b)
-
-
-# ----------------------------------------------------------------------------------------- columns
-
-def _kind(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return "b"
-    if isinstance(v, (int, np.integer)):
-        return "i"
-    if isinstance(v, (float, np.floating)):
-        return "f"
-    if isinstance(v, np.ndarray):
-        return _kind_of(v)
-    return "o"
-
-
-def _kind_of(a) -> str:
-    return {"b": "b", "i": "i", "u": "i", "f": "f"}.get(a.dtype.kind, "o")
-
-
-#: text columns that chunks deliver as int8 indices into roofline.BOUNDS (evaluate_arrays(bound_codes=True))
-CODE_KEYS = ("bound", "prefill_bound")
-#: the text of each code; -1 (a row no block wrote) reads as None
-_CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
-
-
-class _Columns:
-    """Grid-shaped output columns, allocated on first write (NaN / None where a block has no value).
-    ``CODE_KEYS`` are kept as int8 codes until :meth:`finish` turns each into text in one pass."""
-
-    def __init__(self, shape, multi: bool):
-        self.shape = tuple(shape)
-        self.n = int(np.prod(self.shape, dtype=np.int64))
-        self.multi = multi
-        self.cols: dict = {}
-        self.wheres: dict = {}
-        self.written: dict = {}
-        self.coded: set = set()
-
-    def put(self, key, where, rows, value):
-        if key in CODE_KEYS:
-            self._put_code(key, where, rows, value)
-            return
-        a = self.cols.get(key)
-        kind = _kind(value)
-        if a is None:
-            if kind == "f":
-                a = np.full(self.shape, np.nan) if self.multi else np.empty(self.shape)
-            elif kind in "bi":
-                a = np.zeros(self.shape, dtype=bool if kind == "b" else np.int64)
-            else:
-                a = np.empty(self.shape, dtype=object)      # None-filled
-            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
-        else:
-            have = _kind_of(a)
-            if have != kind and not (have == "f" and kind in "bi") and have != "o":
-                a = self._widen(key, kind)
-        a[where] = value
-        self.written[key] += rows
-        if self.multi:
-            self.wheres[key].append(where)
-
-    def _put_code(self, key, where, rows, value):
-        a = self.cols.get(key)
-        if a is None:
-            a = np.full(self.shape, -1, dtype=np.int8) if self.multi else np.empty(self.shape, dtype=np.int8)
-            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
-            self.coded.add(key)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
-            a[where] = value
-        elif isinstance(value, np.ndarray):          # text from a row-by-row block
-            a[where] = np.asarray([BOUNDS.index(v) for v in value.reshape(-1)], dtype=np.int8).reshape(value.shape)
-        else:
-            a[where] = BOUNDS.index(value)
-        self.written[key] += rows
-
-    def _widen(self, key, kind):
-        a, have = self.cols[key], _kind_of(self.cols[key])
-        if have == "i" and kind == "f":
-            new = a.astype(float)
-        else:
-            new = a.astype(object)
-        self._fill_missing(key, new)
-        self.cols[key] = new
-        return new
-
-    def _fill_missing(self, key, a):
-        if self.written[key] >= self.n or _kind_of(a) in "bi":
-            return
-        mask = np.zeros(self.shape, dtype=bool)
-        for w in self.wheres[key]:
-            mask[w] = True
-        a[~mask] = np.nan if _kind_of(a) == "f" else None
-
-    def finish(self):
-        for key, a in list(self.cols.items()):
-            if key in self.coded:
-                self.cols[key] = _CODE_TEXT[a]
-                continue
-            if self.written[key] < self.n and _kind_of(a) in "bi":
-                new = a.astype(float) if _kind_of(a) == "i" else a.astype(object)
-                self._fill_missing(key, new)
-                self.cols[key] = new
 
 
 # ----------------------------------------------------------------------------------------- engine
 
 def _plan(base: dict, axes_in: dict):
     """Parse the axes and the groups' records and run every check, before any evaluation."""
-    axes_l = _plan_axes(base, axes_in)
+    axes_l = plan_axes(base, axes_in)
     axes = {a.name: a for a in axes_l}
-    blocks = _blocks(base, axes_l)
+    blocks = group_blocks(base, axes_l)
     names = [a.name for a in axes_l]
     for b in blocks:
         if b.rowwise:
             for _where, row in _rows(b, axes, names):
                 parse_record(row, source=b.label)
         else:
-            _check_block(b, _arrays_for(b, axes))
+            check_block(b, arrays_for(b, axes))
     return axes_l, axes, names, blocks
 
 
-def _rows(b: _Block, axes: dict, names: list):
+def _rows(b: Block, axes: dict, names: list):
     """(grid index, full record dict) of each row of a row-by-row block."""
     base_where = [b.index.get(n, slice(None)) for n in names]
     free = [n for n in names if n not in b.index]
@@ -429,7 +105,7 @@ def _rows(b: _Block, axes: dict, names: list):
         yield tuple(where), row
 
 
-def _pieces(b: _Block, axes: dict, names: list, chunk_rows: int):
+def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
     """(grid index, rows, arrays, record) of each evaluate_arrays call of a block."""
     if b.rowwise:
         for where, row in _rows(b, axes, names):
@@ -457,14 +133,14 @@ def _pieces(b: _Block, axes: dict, names: list, chunk_rows: int):
             where = list(base_where)
             for n, s in sl.items():
                 where[names.index(n)] = s
-            yield tuple(where), (stop - start) * trailing, _arrays_for(b, axes, sl), b.rec
+            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), b.rec
 
 
 def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1):
     axes_l, axes, names, blocks = _plan(base, axes_in)
     shape = tuple(len(a.raw) for a in axes_l)
     total = int(np.prod(shape, dtype=np.int64))
-    cols = _Columns(shape, len(blocks) > 1)
+    cols = Columns(shape, len(blocks) > 1)
     done = 0
     tasks = ((b, piece) for b in blocks for piece in _pieces(b, axes, names, chunk_rows))
     if workers > 1 and len(blocks) == 1 and not blocks[0].rowwise and can_fork():
@@ -524,7 +200,7 @@ def _map(fn, items, workers: int):
             yield it0, fut.result()
 
 
-def _axis_array(a: _Axis) -> np.ndarray:
+def _axis_array(a: Axis) -> np.ndarray:
     vals = a.values
     if a.numeric:
         return np.asarray(vals, dtype=np.int64 if a.name in INT_FIELDS else float)
@@ -572,7 +248,7 @@ def _record_keys(rec: Record) -> dict:
 
 
 def _flat(d: dict) -> dict:
-    return {k: (_canonical(tuple(v)) if isinstance(v, list) else v) for k, v in d.items()
+    return {k: (canonical_value(tuple(v)) if isinstance(v, list) else v) for k, v in d.items()
             if not isinstance(v, dict)}
 
 
@@ -645,49 +321,6 @@ def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers
     return pd.DataFrame(data, copy=False)
 
 
-def write_frame(df, path, append: bool = False) -> str:
-    """Write ``df`` to ``path`` (``.parquet`` with pyarrow, or ``.csv``); returns the path."""
-    p = os.fspath(path)
-    low = p.lower()
-    if low.endswith((".parquet", ".pq")):
-        _need_parquet()
-        df.to_parquet(p, index=False)
-    elif low.endswith(".csv"):
-        _write_csv(df, p, append)
-    else:
-        raise InputError("unknown output type", source=p, allowed="a path ending in .csv or .parquet")
-    return p
-
-
-def _write_csv(df, path: str, append: bool) -> None:
-    """CSV with pyarrow's writer when installed (about 8x faster than pandas on wide frames; booleans
-    as true/false), else pandas'. Values round-trip exactly either way."""
-    try:
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-    except ImportError:
-        df.to_csv(path, index=False, mode="a" if append else "w", header=not append)
-        return
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    try:
-        opts = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-    except TypeError:                       # older pyarrow: strings quoted
-        opts = pacsv.WriteOptions(include_header=False)
-    with open(path, "ab" if append else "wb") as fh:
-        if not append:
-            fh.write((",".join(str(c) for c in df.columns) + "\n").encode())
-        pacsv.write_csv(table, fh, opts)
-
-
-def _need_parquet():
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise InputError("writing Parquet needs pyarrow, which is not installed; install it with "
-                         "pip install 'costmodel[sweep]' (or pip install pyarrow), or write .csv",
-                         source=_SOURCE, field="output") from None
-
-
 # ----------------------------------------------------------------------------------------- dask
 
 def _chunks(axes: dict, chunk_rows: int) -> list[dict]:
@@ -720,7 +353,7 @@ def _schema(base: dict, axes: dict) -> tuple[list, dict]:
     """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema)."""
     axes_l, axes_d, names, blocks = _plan(base, axes)
     cols: list = list(names)
-    kinds: dict = {n: _kind_of(_axis_array(a)) for n, a in zip(names, axes_l)}
+    kinds: dict = {n: array_kind(_axis_array(a)) for n, a in zip(names, axes_l)}
     seen: dict = {}
     for b in blocks:
         if b.rowwise:
@@ -733,9 +366,9 @@ def _schema(base: dict, axes: dict) -> tuple[list, dict]:
                 continue
             if k not in kinds:
                 cols.append(k)
-                kinds[k] = _kind(v)
-            elif kinds[k] != _kind(v):
-                kinds[k] = "f" if {kinds[k], _kind(v)} <= {"i", "f"} else "o"
+                kinds[k] = value_kind(v)
+            elif kinds[k] != value_kind(v):
+                kinds[k] = "f" if {kinds[k], value_kind(v)} <= {"i", "f"} else "o"
             seen[k] = seen.get(k, 0) + 1
     for k, c in seen.items():
         if c < len(blocks) and kinds[k] in "bi":
@@ -791,7 +424,7 @@ def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, prog
     to_csv = out is not None and out.lower().endswith(".csv")
     parts = None
     if out is not None and not to_csv:
-        _need_parquet()
+        need_parquet()
         parts = _prepare_parts_dir(out, len(chunks))
 
     cluster = client = None
