@@ -61,6 +61,8 @@ class Instance:
         self.gc = sim.costs.gamma_costs(gamma0)
         self.area_running = self.area_kv = self.area_system = self.busy_s = 0.0
         self.preemptions = 0
+        self.msteps = w.num_scheduler_steps
+        self.block_end = 0            # multi-step: the decoding step at which the scheduler runs next
 
     # ------------------------------------------------------------------ bookkeeping
     def n_in(self) -> int:
@@ -226,6 +228,9 @@ class Instance:
                     or self._dec_blocks_exact(1) <= limit:
                 break
             self._preempt_last()
+        if dec and self.S < self.block_end:          # inside a multi-step block: decode only
+            self._bulk(t_limit)
+            return
         # 2. prefill chunks and admissions
         chunked = sim.w.chunked_prefill
         q_tok = int(round(gc.q_tok))
@@ -279,6 +284,8 @@ class Instance:
         decode_now = bool(dec) and (chunked or not chunks)
         if not chunks:
             if dec:
+                if self.msteps > 1:
+                    self.block_end = self.S + self.msteps
                 self._bulk(t_limit)
             return
         # one mixed (or prefill-only) step
@@ -366,6 +373,8 @@ class Instance:
         """Decode-only steps up to the next completion, KV limit or ``t_limit``, priced in one go."""
         sim, gc = self.sim, self.gc
         top = self._valid_top()
+        if self.S < self.block_end:
+            top = min(top, self.block_end)
         k = max(1, min(top - self.S, BULK_MAX))
         # KV: the upper bound must stay within capacity for every step taken
         limit = self.cap_blocks - self.prefix_blocks - self.R
