@@ -5,7 +5,9 @@
     >>> r["bound"]
     'memory'
 
-Public API: evaluate, sweep, check, validate, recommend, plan, serve, load_hardware, load_model.
+Public API (docs/design.md, "Python API"): evaluate, sweep, check, validate, recommend, plan, serve,
+load_hardware, load_model, load_runtime, parse_record; ``costmodel.plots`` (decision_map, roofline, sweep)
+loads on first use.
 """
 
 from costmodel.analysis.claims import check
@@ -25,6 +27,18 @@ from costmodel.calibration.validate import validate
 from costmodel.serving.api import serve
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """``costmodel.plots`` (:mod:`costmodel.analysis.plots`: decision_map, roofline, sweep) is imported on
+    first use, so that ``import costmodel`` does not load the plotting code."""
+    if name == "plots":
+        import importlib
+        mod = importlib.import_module("costmodel.analysis.plots")
+        globals()["plots"] = mod
+        return mod
+    raise AttributeError(f"module 'costmodel' has no attribute {name!r}")
+
 
 __all__ = ["evaluate", "sweep", "check", "validate", "recommend", "plan", "load_hardware", "load_model",
            "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS", "serve"]

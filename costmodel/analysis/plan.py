@@ -1,4 +1,4 @@
-"""Capacity planning (DESIGN §5 ``costmodel plan``): the fewest devices and/or the largest batch that
+"""Capacity planning (``costmodel plan``): the fewest devices and/or the largest batch that
 fit and meet a target, and the cheapest of several hardware options given prices per device-hour.
 
 Targets are record-like fields (``target_time_per_output_token_s=0.030``), split off before the

@@ -1,4 +1,4 @@
-"""Which strategy to use: ``recommend(record)`` (DESIGN §5), with or without a hardware profile.
+"""Which strategy to use: ``recommend(record)``, with or without a hardware profile.
 
 Candidates (one *family* per strategy, each tuned for the record):
 
@@ -115,7 +115,8 @@ def acceptance_of(fields: dict) -> tuple[float, str | None]:
         from costmodel.engine.acceptance import alpha_from_tau
         g = int(float(fields.get("gamma") or 4))
         t = float(tau)
-        if not 1.0 <= t <= g + 1:
+        from costmodel.inputs.rules import tau_exceeds_chain
+        if t < 1.0 or tau_exceeds_chain(t, g):
             raise InputError(f"out of range: {t}", field="mean_accepted_tokens", allowed=f"1 <= τ <= gamma + 1 = {g + 1}")
         a = float(alpha_from_tau(t, g))
         return a, f"α = {a:.3f} from τ = {t:g} at γ = {g}"
@@ -533,7 +534,7 @@ def recommend_blind(fields: dict, hardware: list, objective: str = "tokens_per_s
 # --------------------------------------------------------------------------- entry point
 def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None = None, samples: int = 64,
               seed: int = 0, hardware_list=None) -> dict:
-    """Best strategy for ``record`` (mapping of DESIGN §4 fields; ``strategy`` is ignored).
+    """Best strategy for ``record`` (a mapping of record fields; ``strategy`` is ignored).
 
     With ``hardware``: ``{"recommended", "reason", "candidates": [...]}`` — one candidate per strategy
     (its best configuration, figures and ``ratio_to_best``). Without: hardware-blind over the zoo

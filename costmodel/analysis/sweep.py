@@ -8,11 +8,11 @@
 
 Rows are the Cartesian product of the axes in the order given (the last axis varies fastest,
 like ``itertools.product``); each row equals ``evaluate(base_record | that row's axis values)``.
-Columns: the axes (their parsed values), then every key ``evaluate()`` returns (DESIGN §4 outputs
-and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
+Columns: the axes (their parsed values), then every key ``evaluate()`` returns (the outputs of
+docs/design.md and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
 ``tree_depth``), the column holds the axis value; ``evaluate()`` would report the resolved one.
 
-How it is evaluated (DESIGN §6: no Python loop per row):
+How it is evaluated (no Python loop per row):
 
 * The grid is grouped by the axes that fix the model, hardware, runtime, strategy, dtypes, devices,
   tree shape, … (everything but :data:`costmodel.engine.evaluate.NUMERIC_AXES`). Each group is one call of
@@ -29,10 +29,10 @@ How it is evaluated (DESIGN §6: no Python loop per row):
   tree per configuration and is evaluated row by row.
 * Validation: each group's record goes through :func:`costmodel.inputs.record.parse_record` (a real
   row of the grid: the group's values and the first value of every numeric axis); each distinct
-  numeric axis value is converted once with the limits of ``record.py``; the checks that tie
-  numeric fields together (``shared_prefix_len <= prompt_len``, 1 <= τ <= γ+1, α and τ agreeing)
-  run vectorised over the grid, and the first offending row is re-parsed so that the message is
-  exactly ``parse_record``'s, naming the axis.
+  numeric axis value is converted once with its type and range from :mod:`costmodel.inputs.fields`;
+  the rules that tie numeric fields together (:mod:`costmodel.inputs.rules`: ``shared_prefix_len <=
+  prompt_len``, τ <= γ+1, α and τ agreeing) run vectorised over the grid, and the first offending
+  row is re-parsed so that the message is exactly ``parse_record``'s, naming the axis.
 
 ``engine="dask"`` cuts the grid into chunks of about ``chunk_rows`` rows and evaluates them on a
 ``dask.distributed`` cluster (a ``LocalCluster`` by default, or the scheduler address / Client
@@ -60,7 +60,8 @@ from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import evaluate, evaluate_arrays
 from costmodel.engine.roofline import operator_rows
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, parse_record
+from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.record import Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -203,7 +204,7 @@ def _map(fn, items, workers: int):
 def _axis_array(a: Axis) -> np.ndarray:
     vals = a.values
     if a.numeric:
-        return np.asarray(vals, dtype=np.int64 if a.name in INT_FIELDS else float)
+        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
     if all(isinstance(v, bool) for v in vals):
         return np.asarray(vals, dtype=bool)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
@@ -258,7 +259,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
           workers: int | None = None, output=None, progress=None, **axes):
     """Evaluate the Cartesian grid of ``axes`` over ``base_record`` -> ``pandas.DataFrame``.
 
-    ``base_record``: a record mapping (DESIGN §4) with the fields that do not vary.
+    ``base_record``: a record mapping (fields: ``costmodel eval --help``) with the fields that do not vary.
     ``axes``: field -> values (list/range/array, or text ``"1,8,64"`` / ``"16:16000:16"``; see
     :func:`parse_axis`). Row i equals ``evaluate(base_record | row i's axis values)``: the same
     formulas and floating-point operations, run on arrays (module docstring).

@@ -13,7 +13,9 @@ import numpy as np
 
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import NUMERIC_AXES
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
+from costmodel.inputs import rules
+from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.record import Record, _empty, convert, parse_record
 
 LIST_FIELDS = ("rank_acceptance", "tree_parents")
 #: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
@@ -118,8 +120,7 @@ def plan_axes(base: dict, axes: dict) -> list[Axis]:
         numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
         ax = Axis(name, vals, numeric)
         if numeric:
-            conv = _as_int if name in INT_FIELDS else _as_float
-            ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
+            ax.values = [convert(name, v, _SOURCE) for v in vals]     # type and range, once per value
         else:
             ax.values = [None] * len(vals)
         out.append(ax)
@@ -199,46 +200,21 @@ def arrays_for(block: Block, axes: dict, sl: dict | None = None) -> dict:
 
 
 def check_block(block: Block, arrays: dict) -> None:
-    """Vectorised form of record.py's range checks and the checks that tie numeric fields
-    together; the first offending row is re-parsed so the error is parse_record's own."""
+    """The numeric cross-field rules of :mod:`costmodel.inputs.rules` over the grid (each axis value's own
+    type and range were checked when the axis was parsed); the first offending row is re-parsed so
+    the error is parse_record's own."""
     if not arrays:
         return
     rec = block.rec
-
-    def get(name):
-        if name in arrays:
-            return arrays[name]
-        v = getattr(rec, name)
-        return None if v is None else np.asarray(float(v))
-
-    bad = None
-    P, Ps = get("prompt_len"), get("shared_prefix_len")
-    if "prompt_len" in arrays or "shared_prefix_len" in arrays:
-        bad = _or(bad, Ps > P)
-    tau, alpha, g = get("mean_accepted_tokens"), get("acceptance_rate"), get("gamma")
-    if "acceptance_rate" in arrays:
-        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0))
-    if "mean_accepted_tokens" in arrays:
-        bad = _or(bad, tau < 1.0)
-    if rec.strategy == "speculative":
-        if tau is not None and ({"mean_accepted_tokens", "gamma"} & arrays.keys()):
-            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0))
-        if tau is not None and alpha is not None and ({"mean_accepted_tokens", "gamma", "acceptance_rate"}
-                                                      & arrays.keys()):
-            from costmodel.engine.acceptance import chain_tokens_per_step
-            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau)
+    bad = rules.grid_violations(rec, arrays)
     if bad is None or not np.any(bad):
         return
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
     row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
            for k, name in enumerate(block.vec)}
-    row = {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in row.items()}
+    row = {k: (int(v) if BY_NAME[k].kind == "int" else float(v)) for k, v in row.items()}
     d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
     d.update(row)
     parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
     raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover
-
-
-def _or(a, b):
-    return b if a is None else (a | b)

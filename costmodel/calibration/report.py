@@ -251,7 +251,8 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
         L.append(f"| all metrics, in sample (fitted on every row; for comparison only) | {si['n']} | "
                  f"{_pct(si['median_abs_rel_error'])} | {_pct(si['p90_abs_rel_error'])} | "
                  f"{_pct(si['within_25pct'])} |")
-    L += ["", f"Goals ({headline}): median ≤ 12 %, p90 ≤ 35 %, on ≥ 200 rows: "
+    L += ["", f"Goals ({headline}): median ≤ {100 * GOALS['median_abs_rel_error']:.0f} %, p90 ≤ "
+          f"{100 * GOALS['p90_abs_rel_error']:.0f} %, on ≥ {GOALS['n']} rows: "
           + ", ".join(f"{k} {'met' if v else '**missed**'}" for k, v in met.items()) + ".",
           f"Categorical rows (`fits`): {s['categorical']['agree']} of {s['categorical']['n']} agree.", ""]
     for key, title in (("by_runtime", "runtime"), ("by_hardware", "hardware"), ("by_metric", "metric"),

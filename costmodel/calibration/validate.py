@@ -1,6 +1,6 @@
-"""Predictions against published measurements (DESIGN §5 ``costmodel validate``).
+"""Predictions against published measurements (``costmodel validate``).
 
-A measurement is a record (DESIGN §4) plus ``id``, ``metric`` (an output key of
+A measurement is a record (fields: costmodel/inputs/fields.py) plus ``id``, ``metric`` (an output key of
 :func:`costmodel.evaluate`), ``value`` (SI units of that key) and ``source``. For each row
 
     rel_error = (predicted − measured) / measured        (> 0: the model is optimistic for rates,

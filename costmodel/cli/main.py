@@ -132,11 +132,19 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--format", choices=("table", "json", "csv"), default="table",
                         help="output format (default: table)")
+    from costmodel import __version__
+    from costmodel.inputs.fields import help_text
+
     p = argparse.ArgumentParser(prog="costmodel", description="Roofline cost model for LLM decoding: "
-                                "autoregressive, speculative, token-tree and shared-prefix.")
+                                "autoregressive, speculative, token-tree and shared-prefix. "
+                                "'costmodel eval --help' lists the record fields.")
+    p.add_argument("--version", action="version", version=f"costmodel {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    e = sub.add_parser("eval", parents=[common], help="evaluate one record: costmodel eval KEY=VALUE ...")
+    e = sub.add_parser("eval", parents=[common], help="evaluate one record: costmodel eval KEY=VALUE ...",
+                       description="Evaluate one record: its outputs (docs/design.md lists them) as a table, "
+                                   "JSON or CSV.", epilog=help_text(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("fields", nargs="+", metavar="KEY=VALUE")
     e.add_argument("--details", action="store_true", help="add the per-operator breakdown (JSON)")
     e.set_defaults(func=cmd_eval)

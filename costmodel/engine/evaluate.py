@@ -1,4 +1,4 @@
-"""evaluate(record) -> outputs (DESIGN §4): record → (model, hardware, runtime, strategy) → passes → result.
+"""evaluate(record) -> outputs (docs/design.md, "Outputs"): record → (model, hardware, runtime, strategy) → passes → result.
 
 Step metrics are those of one decoding step at the mean context L = prompt_len + gen_len/2
 (every cost is linear in L between regime changes, so the mean step equals the mean over the
@@ -252,7 +252,7 @@ def _scalar(v):
 def evaluate(record, *, details: bool = False) -> dict:
     """Evaluate one record (mapping, ``KEY=VALUE`` dict or :class:`Record`) -> output dict.
 
-    Keys: DESIGN §4 outputs (``OUTPUT_KEYS``) plus breakdowns (``memory_*_bytes``, ``time_*_s``,
+    Keys: the outputs of docs/design.md (``OUTPUT_KEYS``) plus breakdowns (``memory_*_bytes``, ``time_*_s``,
     ``flops_per_token``, ``arithmetic_intensity``, …). With ``details=True`` also ``operators``:
     per-operator FLOPs, bytes, seconds and bound of one decoding step.
     """

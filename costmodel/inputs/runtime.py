@@ -1,7 +1,7 @@
 """How the software stack runs the model: per-kernel host cost, CUDA graphs, per-step overhead.
 
 Profiles live in ``runtimes/<id>.yaml``; every value carries its source (a citation, or 'prior'
-until the validation issue fits it). Efficiencies here multiply the hardware's achievable ones.
+until ``costmodel validate --fit`` fits it). Efficiencies here multiply the hardware's achievable ones.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``costmodel plot decision-map|roofline|sweep KEY=VALUE ... --output FILE.png`` (costmodel/plots.py)."""
+"""``costmodel plot decision-map|roofline|sweep KEY=VALUE ... --output FILE.png`` (costmodel/analysis/plots.py)."""
 
 from __future__ import annotations
 
