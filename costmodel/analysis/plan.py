@@ -32,6 +32,10 @@ fails (or, when it is feasible, the resource that binds its step time):
   passes run on one device: more devices for the target do not shorten them);
 * ``max_batch`` — the batch search reached its own limit.
 
+Under load (the record carries ``request_rate`` with ``slo_ttft_s`` / ``slo_tpot_s``) the answer is
+replicas × tensor parallelism × strategy from the serving simulator:
+:mod:`costmodel.analysis.plan_load`.
+
 Safety margin (``margin``): :mod:`costmodel.analysis.targets`.
 When nothing within ``max_devices`` is feasible, ``feasible`` is false and ``binding_constraint`` says
 why the closest configuration (the fastest one that fits, else the fastest) fails.
@@ -371,6 +375,14 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
     if not hws:
         raise InputError("missing required field", field="hardware",
                          allowed="a hardware id or path, a comma-separated list of them, or a prices file")
+    from costmodel.analysis.plan_load import plan_under_load, under_load
+    if under_load(rec_fields):
+        if targets:
+            raise InputError("under load the targets are slo_ttft_s / slo_tpot_s", field=next(iter(targets)),
+                             allowed="slo_ttft_s, slo_tpot_s with request_rate")
+        if rec_fields.get("model") in (None, ""):
+            raise InputError("missing required field", field="model")
+        return plan_under_load(rec_fields, hardware=hws, price_info=price_info, max_devices=max_devices)
     for req in ("model", "prompt_len"):
         if rec_fields.get(req) in (None, ""):
             raise InputError("missing required field", field=req)

@@ -19,6 +19,9 @@ converted to α at the record's γ), else the documented default α = 0.7 (state
 The objective is aggregate ``tokens_per_s`` (the batch is the same for every candidate, so this is
 also tokens/s per sequence); the choice only counts candidates that fit in memory.
 
+Under load (``request_rate`` with ``slo_ttft_s`` / ``slo_tpot_s``): the family that serves the rate
+within the SLOs on the fewest devices, :func:`costmodel.analysis.plan_load.recommend_under_load`.
+
 Hardware-blind mode (no ``hardware``): the same comparison on every device of the zoo — or on
 ``samples`` devices drawn from an ``envelope`` of ranges (bandwidth, FLOP/s, L2, capacity; a Latin
 hypercube in log space, :mod:`scipy.stats.qmc`) — giving per strategy
@@ -570,6 +573,9 @@ def recommend(record, *, objective: str = "tokens_per_s", envelope: dict | None 
     if not isinstance(record, dict):
         raise InputError(f"recommend needs a mapping of record fields, got {type(record).__name__}", field="record")
     fields = {str(k).strip(): v for k, v in record.items()}
+    from costmodel.analysis.plan_load import recommend_under_load, under_load
+    if under_load(fields):
+        return recommend_under_load(fields)
     for k in ("id", "metric", "value", "values", "text", "source", "notes"):
         fields.pop(k, None)
     for req in ("model", "batch_size", "prompt_len"):

@@ -36,7 +36,11 @@ def cmd_recommend(args):
     if args.format == "json":
         emit(args, res)
         return
-    if "win_probability" in res:
+    if res.get("mode") == "under load":
+        from costmodel.cli.commands.plan import LOAD_COLUMNS
+        rows = res["candidates"]
+        cols = LOAD_COLUMNS
+    elif "win_probability" in res:
         rows = res["candidates"]
         cols = (("strategy", "strategy", None, "{}"), ("win_probability", "win prob", 1, "{:.2f}"),
                 ("worst_case_ratio", "worst ratio to best", 1, "{:.2f}"),
