@@ -348,8 +348,21 @@ def _no_unseen_priors():
     return {"KEEP_UNSEEN_PRIORS": False}
 
 
+def _no_fp8_matrix_efficiency():
+    """fp8 GEMMs priced at the fp16/bf16 GEMM fraction (``efficiency.matrix``) instead of their own
+    measured one (``efficiency.matrix_fp8``)."""
+    from costmodel.inputs.hardware import load_hardware
+
+    def rewrite(rec):
+        hw = load_hardware(rec.hardware)
+        return rec.replace(hardware=dataclasses.replace(hw, matrix_efficiency_by_dtype=()))
+    return {"records": rewrite}
+
+
 #: name -> module-level overrides that switch one mechanism off; records may be rewritten by "records"
+#: (field values for every record, or a function of the record)
 ABLATIONS = {
+    "fp8 GEMM efficiency measured per dtype (matrix_fp8)": _no_fp8_matrix_efficiency,
     "physical bounds (efficiencies ≤ 1)": _no_bounds,
     "per-SM bandwidth cap (llama.cpp)": _no_sm_cap,
     "host work per speculation step (counted ops and syncs)": _no_spec_host,
@@ -368,7 +381,9 @@ def ablate(ms: list[Measurement], by: str = "publication", names=None) -> list:
         saved = {k: g[k] for k in patch if k != "records"}
         rows = ms
         if "records" in patch:
-            rows = [dataclasses.replace(m, record=m.record.replace(**patch["records"])) for m in ms]
+            fix = patch["records"]
+            rows = [dataclasses.replace(m, record=fix(m.record) if callable(fix) else m.record.replace(**fix))
+                    for m in ms]
         try:
             g.update({k: v for k, v in patch.items() if k != "records"})
             out.append((name, summarize(leave_one_source_out(rows, by=by)["rows"])))
