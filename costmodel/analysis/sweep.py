@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import NUMERIC_AXES, evaluate, evaluate_arrays
@@ -147,6 +148,7 @@ class _Axis:
     raw: list                      # values as given
     numeric: bool                  # vectorised (a NUMERIC_AXES field with only numeric values)
     values: list = field(default_factory=list)    # parsed values (numeric) / canonical (filled later)
+    refused: dict = field(default_factory=dict)   # value index -> why (on_invalid != "error")
 
 
 @dataclass
@@ -158,9 +160,13 @@ class _Block:
     vec: list                      # names of the vectorised axes (in grid order)
     rowwise: bool = False
     label: str = ""
+    invalid: str | None = None     # why every row of the block is invalid (on_invalid != "error")
 
 
-def _plan_axes(base: dict, axes: dict) -> list[_Axis]:
+def _plan_axes(base: dict, axes: dict, strict: bool = True) -> list[_Axis]:
+    """The axes with their values parsed; a numeric value out of its field's range raises, or with
+    ``strict`` False is recorded in ``refused`` and stands in as another value of the axis (its rows
+    are marked invalid)."""
     out = []
     for name, spec in axes.items():
         vals = parse_axis(name, spec)
@@ -170,7 +176,19 @@ def _plan_axes(base: dict, axes: dict) -> list[_Axis]:
         ax = _Axis(name, vals, numeric)
         if numeric:
             conv = _as_int if name in INT_FIELDS else _as_float
-            ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
+            if strict:
+                ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
+            else:
+                for i, v in enumerate(vals):
+                    try:
+                        ax.values.append(conv(name, v, _SOURCE))
+                    except InputError as exc:
+                        ax.values.append(None)
+                        ax.refused[i] = str(exc)
+                ok = [v for v in ax.values if v is not None]
+                if not ok:
+                    raise InputError(f"no valid value: {next(iter(ax.refused.values()))}", source=_SOURCE, field=name)
+                ax.values = [ok[0] if v is None else v for v in ax.values]
         else:
             ax.values = [None] * len(vals)
         out.append(ax)
@@ -187,17 +205,31 @@ def _show(v):
     return v
 
 
-def _blocks(base: dict, axes: list[_Axis]) -> list[_Block]:
-    """Parse one record per group (and per looped value), recording canonical axis values."""
+def _blocks(base: dict, axes: list[_Axis], strict: bool = True) -> list[_Block]:
+    """Parse one record per group (and per looped value), recording canonical axis values. A group
+    whose record is refused (or whose model does not split over its devices) raises, or with
+    ``strict`` False becomes an invalid block (its rows marked)."""
     group = [a for a in axes if not a.numeric]
     numeric = [a for a in axes if a.numeric]
     blocks = []
     for gidx in itertools.product(*(range(len(a.raw)) for a in group)):
         gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
         first = {a.name: a.values[0] for a in numeric}
-        rec = _parse({**base, **gvals, **first}, list(gvals.items()))
         index = dict(zip((a.name for a in group), gidx))
         label = _label(list(gvals.items()))
+        try:
+            rec = _parse({**base, **gvals, **first}, list(gvals.items()), execs=True)
+        except InputError as exc:
+            if strict:
+                raise
+            # the first row may be the invalid one: any row of the group that parses will do (the
+            # numeric axes are arrays; their invalid rows are marked by _check_block)
+            rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
+            rec = next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
+                                                    list(gvals.items())) for r in rows)), None)
+            if rec is None:
+                blocks.append(_Block(None, index, [], label=label, invalid=str(exc)))
+                continue
         if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
             # a tree searched per configuration: row by row (each row re-parsed)
             blocks.append(_Block(rec, index, [], rowwise=True, label=label))
@@ -207,22 +239,46 @@ def _blocks(base: dict, axes: list[_Axis]) -> list[_Block]:
             for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
                 lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
                 pairs = list(gvals.items()) + list(lvals.items())
-                r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
-                blocks.append(_Block(r, {**index, **dict(zip((a.name for a in loop), lidx))}, vec,
-                                     label=_label(pairs)))
+                lindex = {**index, **dict(zip((a.name for a in loop), lidx))}
+                try:
+                    r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
+                except InputError as exc:
+                    if strict:
+                        raise
+                    blocks.append(_Block(None, lindex, [], label=_label(pairs), invalid=str(exc)))
+                    continue
+                blocks.append(_Block(r, lindex, vec, label=_label(pairs)))
         for a, i in zip(group, gidx):
             if a.values[i] is None:
                 a.values[i] = _canonical(getattr(rec, a.name))
+    for a in group:                 # values only invalid groups had: as given
+        a.values = [_canonical(r) if v is None else v for v, r in zip(a.values, a.raw)]
     return blocks
 
 
-def _parse(d: dict, pairs) -> Record:
+def _parse_or_none(d: dict, pairs):
     try:
-        return parse_record(d, source=_label(pairs))
+        return _parse(d, pairs, execs=True)
+    except InputError:
+        return None
+
+
+def _parse(d: dict, pairs, execs: bool = False) -> Record:
+    """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
+    not split over the devices is refused here, before anything is evaluated)."""
+    try:
+        rec = parse_record(d, source=_label(pairs))
     except InputError:
         raise
     except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
         raise InputError(str(exc), source=_label(pairs)) from None
+    if execs:
+        from costmodel.engine.evaluate import _execs
+        try:
+            _execs(rec)
+        except InputError as exc:
+            raise InputError(str(exc), source=_label(pairs)) from None
+    return rec
 
 
 def _canonical(v):
@@ -249,12 +305,19 @@ def _arrays_for(block: _Block, axes: dict, sl: dict | None = None) -> dict:
     return out
 
 
-def _check_block(block: _Block, arrays: dict) -> None:
+def _check_block(block: _Block, arrays: dict, invalid=None, where=None) -> None:
     """Vectorised form of record.py's range checks and the checks that tie numeric fields
-    together; the first offending row is re-parsed so the error is parse_record's own."""
+    together; the first offending row is re-parsed so the error is parse_record's own. With
+    ``invalid`` (an :class:`InvalidRows`) the offending rows are marked there instead (``where``:
+    the block's region of the grid)."""
     if not arrays:
         return
     rec = block.rec
+    reasons = []
+
+    def _or(a, b, why=None):
+        reasons.append((b, why))
+        return b if a is None else (a | b)
 
     def get(name):
         if name in arrays:
@@ -265,20 +328,26 @@ def _check_block(block: _Block, arrays: dict) -> None:
     bad = None
     P, Ps = get("prompt_len"), get("shared_prefix_len")
     if "prompt_len" in arrays or "shared_prefix_len" in arrays:
-        bad = _or(bad, Ps > P)
+        bad = _or(bad, Ps > P, "shared_prefix_len > prompt_len")
     tau, alpha, g = get("mean_accepted_tokens"), get("acceptance_rate"), get("gamma")
     if "acceptance_rate" in arrays:
-        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0))
+        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0), "acceptance_rate outside [0, 1)")
     if "mean_accepted_tokens" in arrays:
-        bad = _or(bad, tau < 1.0)
+        bad = _or(bad, tau < 1.0, "mean_accepted_tokens < 1")
     if rec.strategy == "speculative":
         if tau is not None and ({"mean_accepted_tokens", "gamma"} & arrays.keys()):
-            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0))
+            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0), "mean_accepted_tokens outside [1, gamma + 1]")
         if tau is not None and alpha is not None and ({"mean_accepted_tokens", "gamma", "acceptance_rate"}
                                                       & arrays.keys()):
             from costmodel.engine.acceptance import chain_tokens_per_step
-            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau)
+            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau,
+                      "acceptance_rate and mean_accepted_tokens disagree by more than 5%")
     if bad is None or not np.any(bad):
+        return
+    if invalid is not None:
+        for mask, why in reasons:
+            if np.any(mask):
+                invalid.mark(where, why, mask)
         return
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
@@ -289,10 +358,6 @@ def _check_block(block: _Block, arrays: dict) -> None:
     d.update(row)
     parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
     raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover
-
-
-def _or(a, b):
-    return b if a is None else (a | b)
 
 
 # ----------------------------------------------------------------------------------------- columns
@@ -387,6 +452,16 @@ class _Columns:
             mask[w] = True
         a[~mask] = np.nan if _kind_of(a) == "f" else None
 
+    def blank(self, mask) -> None:
+        """Rows where ``mask`` holds have no outputs: NaN (bool and int columns become object and
+        float), None in text columns."""
+        for key, a in list(self.cols.items()):
+            kind = _kind_of(a)
+            if kind in "bi":
+                a = a.astype(float) if kind == "i" else a.astype(object)
+            a[mask] = np.nan if _kind_of(a) == "f" else None
+            self.cols[key] = a
+
     def finish(self):
         for key, a in list(self.cols.items()):
             if key in self.coded:
@@ -400,19 +475,34 @@ class _Columns:
 
 # ----------------------------------------------------------------------------------------- engine
 
-def _plan(base: dict, axes_in: dict):
-    """Parse the axes and the groups' records and run every check, before any evaluation."""
-    axes_l = _plan_axes(base, axes_in)
+def _plan(base: dict, axes_in: dict, on_invalid: str = "error"):
+    """Parse the axes and the groups' records and run every check, before any evaluation. Returns
+    (axes, axes by name, names, blocks, invalid rows): with ``on_invalid="error"`` the first
+    invalid row raises; otherwise invalid rows are recorded in an :class:`InvalidRows`."""
+    strict = on_invalid == "error"
+    axes_l = _plan_axes(base, axes_in, strict)
     axes = {a.name: a for a in axes_l}
-    blocks = _blocks(base, axes_l)
+    blocks = _blocks(base, axes_l, strict)
     names = [a.name for a in axes_l]
+    invalid = InvalidRows(tuple(len(a.raw) for a in axes_l))
+    for k, a in enumerate(axes_l):
+        for i, why in a.refused.items():
+            invalid.mark(tuple(i if j == k else slice(None) for j in range(len(axes_l))), why)
     for b in blocks:
-        if b.rowwise:
-            for _where, row in _rows(b, axes, names):
-                parse_record(row, source=b.label)
+        region = tuple(b.index.get(n, slice(None)) for n in names)
+        if b.invalid is not None:
+            invalid.mark(region, b.invalid)
+        elif b.rowwise:
+            for where, row in _rows(b, axes, names):
+                try:
+                    parse_record(row, source=b.label)
+                except InputError as exc:
+                    if strict:
+                        raise
+                    invalid.mark(where, str(exc))
         else:
-            _check_block(b, _arrays_for(b, axes))
-    return axes_l, axes, names, blocks
+            _check_block(b, _arrays_for(b, axes), None if strict else invalid, region)
+    return axes_l, axes, names, blocks, invalid
 
 
 def _rows(b: _Block, axes: dict, names: list):
@@ -460,24 +550,39 @@ def _pieces(b: _Block, axes: dict, names: list, chunk_rows: int):
             yield tuple(where), (stop - start) * trailing, _arrays_for(b, axes, sl), b.rec
 
 
-def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1):
-    axes_l, axes, names, blocks = _plan(base, axes_in)
+def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1,
+                   on_invalid: str = "error"):
+    axes_l, axes, names, blocks, invalid = _plan(base, axes_in, on_invalid)
     shape = tuple(len(a.raw) for a in axes_l)
     total = int(np.prod(shape, dtype=np.int64))
     cols = _Columns(shape, len(blocks) > 1)
     done = 0
-    tasks = ((b, piece) for b in blocks for piece in _pieces(b, axes, names, chunk_rows))
+    bad = invalid.mask
+    strict = on_invalid == "error"
+    tasks = ((b, piece) for b in blocks if b.invalid is None for piece in _pieces(b, axes, names, chunk_rows)
+             if bad is None or not (b.rowwise and bad[piece[0]]))
+    done += sum(int(np.prod([len(axes[n].values) for n in names if n not in b.index], dtype=np.int64))
+                for b in blocks if b.invalid is not None)
+    run = _run_piece if strict else _run_piece_or_reason
     if workers > 1 and len(blocks) == 1 and not blocks[0].rowwise and can_fork():
         # one group: its chunks on forked processes writing into shared columns (_sweep_fork)
         tasks = list(tasks)
         if len(tasks) >= 2 * workers:
-            got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
-                                  progress, total, CODE_KEYS)
+            try:
+                got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
+                                      progress, total, CODE_KEYS)
+            except InputError:
+                if strict:
+                    raise
+                got = None                # a piece is invalid: in this process, marking it
             if got is not None:
                 cols.cols, tasks = got, []
                 cols.written = dict.fromkeys(got, cols.n)
                 cols.coded = {k for k in CODE_KEYS if k in got}
-    for (b, (where, rows, _arrays, _rec)), res in _map(_run_piece, tasks, workers):
+    for (b, (where, rows, _arrays, _rec)), res in _map(run, tasks, workers):
+        if isinstance(res, str):
+            invalid.mark(where, res)
+            res = {}
         for key, v in res.items():
             if key not in axes:
                 cols.put(key, where, rows, v)
@@ -485,13 +590,24 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         if progress is not None:
             progress(done, total)
     cols.finish()
+    if invalid.mask is not None:
+        cols.blank(invalid.mask)
     axis_cols = {}
     for k, a in enumerate(axes_l):
         vals = _axis_array(a)
         s = [1] * len(shape)
         s[k] = len(vals)
         axis_cols[a.name] = np.broadcast_to(vals.reshape(s), shape)
-    return names, axis_cols, cols
+    return names, axis_cols, cols, invalid
+
+
+def _run_piece_or_reason(task):
+    """_run_piece, or the reason (text) when the piece's rows are invalid."""
+    try:
+        with np.errstate(all="ignore"):
+            return _run_piece(task)
+    except InputError as exc:
+        return str(exc)
 
 
 def _run_piece(task) -> dict:
@@ -526,6 +642,13 @@ def _map(fn, items, workers: int):
 
 def _axis_array(a: _Axis) -> np.ndarray:
     vals = a.values
+    if a.numeric and a.refused:          # a refused value shows as given (NaN when not a number)
+        vals = list(vals)
+        for i in a.refused:
+            raw = a.raw[i]
+            vals[i] = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _number_or_nan(raw)
+        ints = a.name in INT_FIELDS and all(isinstance(v, int) for v in vals)
+        return np.asarray(vals, dtype=np.int64 if ints else float)
     if a.numeric:
         return np.asarray(vals, dtype=np.int64 if a.name in INT_FIELDS else float)
     if all(isinstance(v, bool) for v in vals):
@@ -537,6 +660,13 @@ def _axis_array(a: _Axis) -> np.ndarray:
     out = np.empty(len(vals), dtype=object)
     out[:] = vals
     return out
+
+
+def _number_or_nan(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _evaluate_piece(rec, arrays) -> dict:
@@ -579,7 +709,7 @@ def _flat(d: dict) -> dict:
 # ----------------------------------------------------------------------------------------- public
 
 def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows: int | None = None,
-          workers: int | None = None, output=None, progress=None, **axes):
+          workers: int | None = None, output=None, progress=None, on_invalid: str = "error", **axes):
     """Evaluate the Cartesian grid of ``axes`` over ``base_record`` -> ``pandas.DataFrame``.
 
     ``base_record``: a record mapping (DESIGN §4) with the fields that do not vary.
@@ -598,18 +728,22 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     is not collected: a ``.csv`` path is streamed chunk by chunk, any other path becomes a
     directory of Parquet parts written by the workers, and the path is returned.
     ``progress``: ``callable(rows_done, rows_total)``.
+    ``on_invalid``: ``"error"`` (default: an invalid row refuses the grid), ``"mark"`` (its outputs
+    NaN / None and the reason in an ``invalid_reason`` column) or ``"drop"`` (left out); see
+    :mod:`costmodel.analysis.sweep_invalid`.
     """
     base = _base_dict(base_record)
+    on_invalid = check_on_invalid(on_invalid)
     if chunk_rows is not None and (not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1):
         raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}", source=_SOURCE)
     if engine in (None, "numpy", "local"):
-        df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers))
+        df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers), on_invalid)
         if output is not None:
             write_frame(df, output)
         return df
     if engine == "dask":
         return _sweep_dask(base, axes, scheduler=scheduler, chunk_rows=int(chunk_rows or DEFAULT_CHUNK_ROWS),
-                           output=output, progress=progress, workers=_workers(workers, 1))
+                           output=output, progress=progress, workers=_workers(workers, 1), on_invalid=on_invalid)
     raise InputError(f"unknown engine {engine!r}", source=_SOURCE, field="engine", allowed=", ".join(ENGINES))
 
 
@@ -632,17 +766,24 @@ def _base_dict(base_record) -> dict:
     return dict(base_record)
 
 
-def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int = 1):
+def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int = 1,
+                 on_invalid: str = "error"):
     import pandas as pd
 
-    names, axis_cols, cols = _evaluate_grid(base, axes, chunk_rows, progress, workers)
+    names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
     data = {n: np.ascontiguousarray(axis_cols[n]).reshape(-1) for n in names}
     for k, a in cols.cols.items():
         data[k] = a.reshape(-1)
+    if on_invalid == "mark":
+        data[REASON_COLUMN] = (np.full(cols.n, None, dtype=object) if invalid.reasons is None
+                               else invalid.reasons.reshape(-1))
     for k, a in data.items():     # text stays object dtype: no conversion pass over the rows
         if a.dtype == object:
             data[k] = pd.Series(a, dtype=object, copy=False)
-    return pd.DataFrame(data, copy=False)
+    df = pd.DataFrame(data, copy=False)
+    if on_invalid == "drop" and invalid.mask is not None:
+        df = df[~invalid.mask.reshape(-1)].reset_index(drop=True)
+    return df
 
 
 def write_frame(df, path, append: bool = False) -> str:
@@ -716,15 +857,21 @@ def _chunks(axes: dict, chunk_rows: int) -> list[dict]:
     return out
 
 
-def _schema(base: dict, axes: dict) -> tuple[list, dict]:
-    """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema)."""
-    axes_l, axes_d, names, blocks = _plan(base, axes)
+def _schema(base: dict, axes: dict, on_invalid: str = "error", nullable_bool: bool = False) -> tuple[list, dict]:
+    """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema). A bool
+    column that some rows lack is ``object`` (True / False / None), or with ``nullable_bool``
+    pandas' ``boolean``."""
+    axes_l, axes_d, names, blocks, invalid = _plan(base, axes, on_invalid)
+    blocks = [b for b in blocks if b.invalid is None]
     cols: list = list(names)
     kinds: dict = {n: _kind_of(_axis_array(a)) for n, a in zip(names, axes_l)}
     seen: dict = {}
     for b in blocks:
         if b.rowwise:
-            row = next(_rows(b, axes_d, names))[1]
+            rows = (row for where, row in _rows(b, axes_d, names) if invalid.mask is None or not invalid.mask[where])
+            row = next(rows, None)
+            if row is None:
+                continue
             keys = _flat(evaluate(row))
         else:
             keys = _record_keys(b.rec)
@@ -738,16 +885,20 @@ def _schema(base: dict, axes: dict) -> tuple[list, dict]:
                 kinds[k] = "f" if {kinds[k], _kind(v)} <= {"i", "f"} else "o"
             seen[k] = seen.get(k, 0) + 1
     for k, c in seen.items():
-        if c < len(blocks) and kinds[k] in "bi":
-            kinds[k] = "f" if kinds[k] == "i" else "o"
-    dtypes = {k: {"f": "float64", "i": "int64", "b": "bool", "o": "object"}[kinds[k]] for k in cols}
+        if (c < len(blocks) or on_invalid != "error") and kinds[k] in "bi":
+            kinds[k] = "f" if kinds[k] == "i" else ("n" if nullable_bool else "o")   # NaN / None where no value
+    if on_invalid == "mark":
+        cols.append(REASON_COLUMN)
+        kinds[REASON_COLUMN] = "o"
+    dtypes = {k: {"f": "float64", "i": "int64", "b": "bool", "o": "object", "n": "boolean"}[kinds[k]] for k in cols}
     return cols, dtypes
 
 
-def _dask_task(base: dict, sub_axes: dict, workers: int, columns: list, dtypes: dict, part_path):
+def _dask_task(base: dict, sub_axes: dict, workers: int, columns: list, dtypes: dict, part_path,
+               on_invalid: str = "error"):
     """One chunk on a worker: the in-process sweep, conformed to the schema; written to
     ``part_path`` (returns the row count) or returned."""
-    df = _sweep_local(base, sub_axes, CHUNK_ROWS, None, workers)
+    df = _sweep_local(base, sub_axes, CHUNK_ROWS, None, workers, on_invalid)
     df = df.reindex(columns=columns).astype(dtypes, copy=False)
     if part_path is None:
         return df
@@ -774,7 +925,8 @@ def _prepare_parts_dir(out: str, n: int) -> list:
     return [os.path.join(os.path.abspath(out), f"part.{i:05d}.parquet") for i in range(n)]
 
 
-def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progress, workers: int = 1):
+def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progress, workers: int = 1,
+                on_invalid: str = "error"):
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -783,7 +935,7 @@ def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, prog
                          source=_SOURCE, field="engine") from None
     import pandas as pd
 
-    columns, dtypes = _schema(base, axes)         # validates the whole grid here, before any task
+    columns, dtypes = _schema(base, axes, on_invalid)         # validates the whole grid here, before any task
     chunks = _chunks(axes, chunk_rows)
     sizes = [int(np.prod([len(parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
     total = sum(sizes)
@@ -810,7 +962,7 @@ def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, prog
                                      "or None for a local cluster") from None
     try:
         futures = [client.submit(_dask_task, base, c, workers, columns, dtypes,
-                                 None if parts is None else parts[i], pure=False)
+                                 None if parts is None else parts[i], on_invalid, pure=False)
                    for i, c in enumerate(chunks)]
         index = {f.key: i for i, f in enumerate(futures)}
         if progress is not None and not to_csv:
