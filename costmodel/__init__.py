@@ -5,7 +5,7 @@
     >>> r["bound"]
     'memory'
 
-Public API (DESIGN §6): evaluate, sweep, check, validate, recommend, load_hardware, load_model.
+Public API: evaluate, sweep, check, validate, recommend, plan, serve, load_hardware, load_model.
 """
 
 from costmodel.analysis.claims import check
@@ -22,8 +22,9 @@ from costmodel.inputs.runtime import load_runtime
 # of the same name (costmodel.sweep, costmodel.plan, costmodel.validate are both).
 from costmodel.analysis.sweep import sweep
 from costmodel.calibration.validate import validate
+from costmodel.serving.api import serve
 
 __version__ = "0.1.0"
 
 __all__ = ["evaluate", "sweep", "check", "validate", "recommend", "plan", "load_hardware", "load_model",
-           "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS"]
+           "load_runtime", "parse_record", "InputError", "OUTPUT_KEYS", "serve"]

@@ -207,3 +207,14 @@ def test_sm_bandwidth_out_of_range_names_the_field(tmp_path, bad):
     with pytest.raises(InputError) as e:
         load_runtime(path)
     assert "sm_bandwidth_bytes_per_s.value" in str(e.value) and "rt.yaml" in str(e.value)
+
+
+def test_moe_activations_hold_the_active_experts_ffn():
+    """Mixtral-8x7B (d = 4096, q_dim 4096, kv_dim 1024, d_ff 14336, top-2) on one device, 1000 tokens, no
+    logits: each token keeps its 2 experts' gate/up/act (3 · 2 · 14336 = 86,016) beside
+    2·4096 + (4096 + 2·1024) + 4096 = 18,432 → 104,448 elements · 2 bytes · 1000 = 208,896,000 bytes."""
+    from costmodel.engine import memory
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.inputs.record import parse_record
+    ex = build_exec(parse_record(dict(model="mixtral-8x7b", hardware="h100-sxm", batch_size=1, prompt_len=16)))
+    assert float(memory.activation_bytes(ex, 1000, 0)) == 208_896_000

@@ -153,3 +153,37 @@ def test_unquantised_lm_head_spends_no_dequantisation():
     assert op.dequant_flops == 0.0 and ex.dequant_flops_per_weight == 4.0
     ex, op = head("llama.cpp")         # Q6_K head: dequantised like the Q4_0 body (1 op per weight)
     assert op.dequant_flops == pytest.approx(L3_VOCAB_D * 1.0)
+
+
+# ------------------------------------------------------------------ fp8
+
+def test_fp8_on_a_gpu_without_fp8_units_runs_weight_only_on_fp16_tensor_cores():
+    """A100 has no fp8 tensor cores: fp8 weights are upcast and multiplied on the fp16 units, as
+    int8 weight-only kernels do. Llama-2-7B prefill of 2048 tokens: 2 · 6,476,005,376 · 2048 =
+    2.653e13 FLOPs of decoder GEMMs; at the 312 TFLOP/s fp16 peak that is 0.085 s, at the 19.5
+    TFLOP/s fp32 vector rate (the old fallback) 1.36 s. TTFT must lie near the fp16 figure."""
+    out = evaluate(dict(model="llama-2-7b", hardware="a100-80gb", weight_dtype="fp8", batch_size=1,
+                        prompt_len=2048, gen_len=16))
+    fp16 = evaluate(dict(model="llama-2-7b", hardware="a100-80gb", weight_dtype="fp16", batch_size=1,
+                         prompt_len=2048, gen_len=16))
+    assert 2 * 6_476_005_376 * 2048 / 312e12 <= out["ttft_s"] < 0.2
+    assert out["ttft_s"] == pytest.approx(fp16["ttft_s"], rel=0.1)
+    assert "fp8 weights run weight-only on fp16 tensor cores on a100-80gb" in out["notes"]
+
+
+def test_fp8_on_h100_uses_the_fp8_tensor_cores():
+    """H100 SXM: fp8 dense peak 1979 TFLOP/s, twice fp16's 989: a compute-bound prefill is faster."""
+    kw = dict(model="llama-2-7b", hardware="h100-sxm", batch_size=8, prompt_len=2048, gen_len=16)
+    fp8, fp16 = evaluate(dict(kw, weight_dtype="fp8")), evaluate(dict(kw, weight_dtype="fp16"))
+    assert fp8["ttft_s"] < fp16["ttft_s"] / 1.4
+    assert not any("weight-only" in n for n in fp8["notes"])
+
+
+def test_kv_dtype_defaults_to_the_activation_dtype_not_the_weight_dtype():
+    """vLLM and TensorRT-LLM keep the KV cache in the activation dtype unless told otherwise
+    (kv_cache_dtype='auto'): Llama-2-7B KV per token = 2 · 32 layers · 4096 · 2 bytes = 524,288 B even
+    with fp8 weights; kv_dtype=fp8 halves it to 262,144."""
+    base = dict(model="llama-2-7b", hardware="h100-sxm", weight_dtype="fp8", batch_size=1, prompt_len=128)
+    assert evaluate(base)["kv_bytes_per_token"] == 2 * 32 * 4096 * 2
+    assert evaluate(dict(base, kv_dtype="fp8"))["kv_bytes_per_token"] == 2 * 32 * 4096 * 1
+    assert any("kv_dtype" in n for n in evaluate(base)["notes"])

@@ -23,10 +23,26 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 GIB = 2.0 ** 30
 
-COLUMNS = ["id", "source_group", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "runtime",
+COLUMNS = ["id", "source_group", "publication", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "runtime",
            "batch_size", "prompt_len", "gen_len", "strategy", "draft_model", "draft_kv_budget", "gamma",
            "acceptance_rate", "mean_accepted_tokens", "tree_nodes", "tree_depth", "tree_parents", "power_mode",
            "source", "source_locator", "reliability", "calibrate", "notes"]
+
+
+#: source_group -> publication (the unit of leave-one-publication-out): tables of one paper, README or
+#: benchmark collection are one publication
+PUBLICATION = {
+    "specbench-3090": "spec-bench", "specbench-a100": "spec-bench",
+    "magicdec-table": "magicdec", "magicdec-fig1": "magicdec",
+    "jetson-trtllm": "trtllm-jetson-readme", "jetson-trtllm-memory": "trtllm-jetson-readme",
+    "llamacpp-overview": "gpu-benchmarks-llm-inference", "llamacpp-llama3": "gpu-benchmarks-llm-inference",
+    "llamacpp-sizes": "gpu-benchmarks-llm-inference",
+}
+
+
+def publication(group: str) -> str:
+    """The publication of a source group (itself when the publication has one table here)."""
+    return PUBLICATION.get(group, group)
 
 
 def parents_from_choices(choices) -> list:
@@ -412,7 +428,7 @@ def main(argv):
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
         w.writeheader()
         for r in rows:
-            w.writerow({k: r.get(k, "") for k in COLUMNS})
+            w.writerow({k: r.get(k, "") for k in COLUMNS} | {"publication": publication(r["source_group"])})
     with open(os.path.join(HERE, "excluded.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=["id", "method", "metric", "reason"])
         w.writeheader()

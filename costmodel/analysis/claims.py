@@ -82,17 +82,31 @@ PATH_FIELDS = ("model", "hardware", "runtime", "draft_model")
 # --------------------------------------------------------------------------- error band
 @dataclass(frozen=True)
 class ErrorBand:
-    """Validation error band: per-metric p90 |relative error| when n ≥ 5, else the overall p90."""
+    """Validation error band: the p90 |relative error| of the metric in the claim's regime (batch-1
+    latency or batched throughput: ``regime``) when that has ≥ 5 rows, else of the metric when it has
+    ≥ 5 rows, else the overall p90."""
 
     overall: float
     by_metric: dict
     source: str
+    by_metric_regime: dict = None
 
-    def for_metric(self, metric: str) -> tuple[float, str]:
+    def for_metric(self, metric: str, batch_size=None) -> tuple[float, str]:
+        if batch_size is not None and self.by_metric_regime:
+            reg = regime(batch_size)
+            m = (self.by_metric_regime.get(metric) or {}).get(reg)
+            if m and m.get("n", 0) >= 5 and m.get("p90_abs_rel_error") is not None:
+                return float(m["p90_abs_rel_error"]), f"p90 of {m['n']} validation rows for {metric}, {reg}"
         m = self.by_metric.get(metric)
         if m and m.get("n", 0) >= 5 and m.get("p90_abs_rel_error") is not None:
             return float(m["p90_abs_rel_error"]), f"p90 of {m['n']} validation rows for {metric}"
         return self.overall, "overall validation p90"
+
+
+def regime(batch_size) -> str:
+    """``batch1_latency`` for one sequence, ``batched_throughput`` for more: the two regimes whose
+    errors differ (host and launch costs vs bandwidth and scheduling at large batch)."""
+    return "batch1_latency" if float(batch_size) <= 1 else "batched_throughput"
 
 
 def default_band_path() -> Path:
@@ -129,7 +143,12 @@ def load_error_band(band=None) -> ErrorBand:
     by = band.get("by_metric") or {}
     if not isinstance(by, dict):
         raise InputError("must be a mapping metric -> {n, p90_abs_rel_error}", source=src, field="by_metric")
-    return ErrorBand(overall=overall, by_metric={str(k): dict(v or {}) for k, v in by.items()}, source=src)
+    byr = band.get("by_metric_regime") or {}
+    if not isinstance(byr, dict) or not all(isinstance(v, dict) for v in byr.values()):
+        raise InputError("must be a mapping metric -> regime -> {n, p90_abs_rel_error}", source=src,
+                         field="by_metric_regime")
+    return ErrorBand(overall=overall, by_metric={str(k): dict(v or {}) for k, v in by.items()}, source=src,
+                     by_metric_regime={str(k): {str(r): dict(x or {}) for r, x in v.items()} for k, v in byr.items()})
 
 
 # --------------------------------------------------------------------------- loading
@@ -371,14 +390,13 @@ class Limits:
 
 def hard_limits(rec, out: dict) -> Limits:
     """Physical floors of the claim's configuration (module docstring)."""
-    from costmodel.inputs import dtypes
     from costmodel.engine.evaluate import build_exec
     ex = build_exec(rec)
     m, hw = ex.model, ex.hw
     seqs = float(out.get("n_sequences", rec.batch_size))
     kv_seqs = float(rec.batch_size) if rec.strategy == "shared_prefix" else seqs
     bw = hw.bandwidth_bytes_per_s
-    peak = hw.matrix_peak(dtypes.compute_dtype(ex.weight_dtype))
+    peak = hw.matrix_peak(ex.compute_dtype)
     n_act = float(m.active_params_per_token)
     w_read = ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
     kv_tok_all_layers = ex.kv_bytes_per_token_layer * m.n_layers          # per device, all pipeline stages
@@ -637,7 +655,7 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
             raise InputError(f"unknown compare {compare!r}", source=src, field="compare", allowed="ratio, difference")
         lim_other = None
         for metric, cv, text in figs:
-            b, basis = band.for_metric(metric)
+            b, basis = band.for_metric(metric, rec.batch_size)
             if rel and compare == "ratio" and metric in RATE_METRICS:
                 b, basis = band.for_metric("speedup_vs_ar")       # a ratio of two rates is a speedup
                 basis += " (a ratio of two rates)"

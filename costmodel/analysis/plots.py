@@ -203,8 +203,7 @@ def roofline_data(fields: dict) -> dict:
                 continue
             ops.append({"phase": phase, "name": name, "flops": fl / tp, "hbm_bytes": hb / tp, "time_s": t,
                         "intensity": fl / hb, "flops_per_s": fl / tp / t, "bound": str(np.ravel(bound)[0])})
-    from costmodel.inputs import dtypes
-    return {"ops": ops, "peak_flops": ex.hw.matrix_peak(dtypes.compute_dtype(ex.weight_dtype)),
+    return {"ops": ops, "peak_flops": ex.hw.matrix_peak(ex.compute_dtype),
             "achievable_flops": ex.matrix_flops_per_s, "peak_bw": ex.hw.bandwidth_bytes_per_s,
             "achievable_bw": ex.hbm_bytes_per_s, "vector_flops": ex.vector_flops_per_s, "hw_name": ex.hw.name,
             "record": rec}

@@ -33,10 +33,12 @@ from costmodel.errors import InputError
 from costmodel.inputs.record import Record, parse_record
 
 VALIDATION_DIR = Path(__file__).resolve().parents[2] / "validation"
+#: the project's measurement files (measurements_serving.csv joins them once every row is expressible:
+#: its rows are then reported separately as never seen)
 DEFAULT_FILES = ("measurements.csv",)
 
 #: columns that describe a measurement and are not configuration fields
-EXTRA_META = ("source_group", "calibrate", "method", "framework", "dataset", "derived_from", "baseline_value",
+EXTRA_META = ("source_group", "publication", "throughput_definition", "calibrate", "method", "framework", "dataset", "derived_from", "baseline_value",
               "derived_step_cost_ratio", "temperature", "acc_kind", "gamma_or_tree", "source_url", "date")
 #: alias -> (output key, scale applied to the value); 'invert' flips a 0/1 flag
 METRIC_ALIASES = {
@@ -64,8 +66,11 @@ class Measurement:
     value: float
     record: Record
     runtime: str                     # resolved runtime id
-    group: str                       # source group (rows of one table/publication)
+    group: str                       # source group (rows of one table of one publication)
     source: str = ""
+    #: the publication the row comes from (CSV column ``publication``; blank = its source text, else its
+    #: group): the unit of leave-one-publication-out, since a user's setup is a new publication
+    publication: str = ""
     reliability: str = ""
     notes: str = ""
     #: whether the row may calibrate runtime parameters (CSV column ``calibrate``: yes / no, blank =
@@ -154,7 +159,8 @@ def parse_measurement(row: dict, where: str | None = None) -> Measurement:
     if cal not in ("", "yes", "no", "true", "false"):
         raise InputError(f"calibrate must be yes or no, got {row.get('calibrate')!r}", source=where,
                          field="calibrate", allowed="yes, no (blank = yes)")
-    return Measurement(id=rid, metric=metric, value=value, record=rec, runtime=rt, group=group,
+    pub = str(row.get("publication") or row.get("source") or group).strip()
+    return Measurement(id=rid, metric=metric, value=value, record=rec, runtime=rt, group=group, publication=pub,
                        source=str(row.get("source") or ""), reliability=str(row.get("reliability") or ""),
                        notes=str(row.get("notes") or ""), calibrate=cal not in ("no", "false"), where=where,
                        raw=dict(row))
@@ -210,7 +216,8 @@ def predict(m: Measurement, runtimes: dict | None = None):
 def row_result(m: Measurement, predicted) -> dict:
     out = {"id": m.id, "metric": m.metric, "measured": m.value, "predicted": predicted, "rel_error": None,
            "strategy": m.record.strategy, "hardware": m.record.hardware, "runtime": m.runtime,
-           "model": m.record.model, "source_group": m.group}
+           "model": m.record.model, "source_group": m.group, "publication": m.publication,
+           "batch_size": m.record.batch_size}
     if m.categorical:
         out["measured"] = bool(m.value)
         out["agree"] = bool(predicted) == bool(m.value)
@@ -242,6 +249,11 @@ def summarize(results: list[dict]) -> dict:
         s[f"by_{key}"] = {k: stats(v) for k, v in sorted(groups.items())}
     cat = [r for r in results if r["rel_error"] is None]
     s["categorical"] = {"n": len(cat), "agree": sum(bool(r.get("agree")) for r in cat)}
+    from costmodel.analysis.claims import regime
+    by_mr: dict = {}
+    for r in num:
+        by_mr.setdefault(r["metric"], {}).setdefault(regime(r.get("batch_size", 1)), []).append(r["rel_error"])
+    s["by_metric_regime"] = {k: {g: stats(v) for g, v in sorted(d.items())} for k, d in sorted(by_mr.items())}
     timing = [r["rel_error"] for r in num if r["metric"] not in SIZE_METRICS]
     s["timing_only"] = stats(timing)
     return s

@@ -98,7 +98,8 @@ def key_value_table(d: dict) -> str:
             shown = f"{shown:.6g}"
         lines.append((label, str(shown)))
     w = max(len(a) for a, _ in lines) if lines else 0
-    return "\n".join(f"{a.ljust(w)}  {b}" for a, b in lines)
+    notes = [f"note: {n}" for n in d.get("notes") or [] if isinstance(n, str)]
+    return "\n".join([f"{a.ljust(w)}  {b}" for a, b in lines] + notes)
 
 
 def csv_text(rows: list[dict]) -> str:

@@ -1,4 +1,4 @@
-"""Command line: ``costmodel eval|run|sweep|check|validate|recommend|plan|probe|plot|hardware|models``.
+"""Command line: ``costmodel eval|run|sweep|check|validate|recommend|plan|probe|plot|serve|hardware|models``.
 
 Exit status: 0 done; 2 bad input (the message names file, field, value and what is allowed).
 """
@@ -13,7 +13,7 @@ import sys
 from costmodel.cli import format as fmt
 from costmodel.errors import InputError
 
-EXTRA_COMMANDS = ("sweep", "check", "validate", "recommend", "plan", "probe", "plot")
+EXTRA_COMMANDS = ("sweep", "check", "validate", "recommend", "plan", "probe", "plot", "serve")
 
 
 def parse_kv(words, what="KEY=VALUE") -> dict:

@@ -8,6 +8,8 @@ generation). Derived outputs:
     tokens_per_s            = sequences · τ / step_latency_s
     time_per_output_token_s = step_latency_s / τ
     e2e_latency_s           = ttft_s + (gen_len − 1) / τ · step_latency_s
+    tokens_per_s_e2e        = sequences · gen_len / e2e_latency_s   (whole-run throughput, prefill included:
+                              TensorRT-LLM gptSessionBenchmark, vLLM benchmark_latency)
     speedup_vs_ar           = tokens_per_s_per_seq / (the same for autoregressive decoding of the same sequences)
 """
 
@@ -34,7 +36,8 @@ NUMERIC_AXES = ("batch_size", "prompt_len", "gen_len", "gamma", "acceptance_rate
 
 OUTPUT_KEYS = ("fits", "step_latency_s", "tokens_per_step", "tokens_per_s_per_seq", "tokens_per_s",
                "time_per_output_token_s", "ttft_s", "e2e_latency_s", "peak_device_memory_bytes", "weights_bytes",
-               "kv_cache_bytes", "flops_per_step", "hbm_bytes_per_step", "bound", "speedup_vs_ar")
+               "kv_cache_bytes", "flops_per_step", "hbm_bytes_per_step", "bound", "speedup_vs_ar",
+               "tokens_per_s_e2e")
 
 
 def build_exec(rec: Record) -> Exec:
@@ -42,7 +45,7 @@ def build_exec(rec: Record) -> Exec:
     hw = load_hardware(rec.hardware, rec.power_mode)
     rt = load_runtime(rec.runtime)
     wd = dtypes.check(rec.weight_dtype, "weight_dtype")
-    kd = dtypes.check(rec.kv_dtype or ("fp16" if wd in ("int8", "int4") else wd), "kv_dtype")
+    kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
     if model.n_heads % tp:
@@ -192,6 +195,7 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
         "prefill_bound": _bc(out.prefill.bound_index() if bound_codes else out.prefill.bound(), shape),
         "n_sequences": seqs,
     }
+    res["tokens_per_s_e2e"] = seqs * ctx.G / res["e2e_latency_s"]
     for b, v in step.by_bound.items():
         res[f"time_{b}_s"] = _bc(v, shape)
     for k, v in mem_t.items():
@@ -203,6 +207,17 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
     res["_extras"] = out.extras
     res["_step_ops"] = step.ops
     return res
+
+
+def assumption_notes(rec: Record, ex: Exec) -> list:
+    """What the model assumed on the user's behalf, one short sentence each (output ``notes``)."""
+    notes = []
+    hw_id = rec.hardware if isinstance(rec.hardware, str) else ex.hw.id
+    if ex.weight_dtype == "fp8" and ex.compute_dtype != "fp8":
+        notes.append(f"fp8 weights run weight-only on {ex.compute_dtype} tensor cores on {hw_id}")
+    if rec.kv_dtype is None and ex.kv_dtype != ex.weight_dtype:
+        notes.append(f"kv_dtype defaults to the activation dtype: {ex.kv_dtype}")
+    return notes
 
 
 def _scalar(v):
@@ -229,6 +244,7 @@ def evaluate(record, *, details: bool = False) -> dict:
     out = {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
     out.update({k: _scalar(v) for k, v in res.items()})
     out["n_devices"] = rec.n_devices
+    out["notes"] = assumption_notes(rec, _execs(rec)[0])
     if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
             rec.draft_model not in ("none", "medusa", "self"):
         out["n_devices_total"] = rec.n_devices + 1

@@ -7,7 +7,7 @@ for the group. Formulas (per layer unless stated):
 * GEMM:       FLOPs = 2 · params · tokens;  HBM bytes = params · w_bytes + tokens·(d_in + d_out)·act_bytes,
               w_bytes the runtime's stored format (element + scale bytes per group; the LM head and
               embedding in their own formats: Exec.w_bytes_for, lm_head_w_bytes, embedding_w_bytes);
-              weight-only int8/int4: + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
+              weight-only int8/int4 (and fp8 on GPUs without fp8 units): + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
               once per weight read, independent of tokens), which add to the operator's compute term
 * MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
@@ -139,14 +139,21 @@ class Exec:
         """Vector-unit FLOPs a weight-only int8/int4 GEMM spends per weight it reads (unpack, convert to
         fp16, apply the group scale/zero); 0 for weights stored in the compute dtype. A property of the
         runtime's kernels: ``Runtime.dequant_flops_per_weight`` (runtimes/*.yaml, with sources)."""
-        if self.weight_dtype not in ("int4", "int8"):
+        if not dtypes.weight_only(self.weight_dtype, self.hw):
             return 0.0
-        return float(getattr(self.rt, f"dequant_flops_per_weight_{self.weight_dtype}"))
+        # fp8 weight-only: the same one-byte-to-fp16 conversion and scale as int8
+        fmt = "int8" if self.weight_dtype == "fp8" else self.weight_dtype
+        return float(getattr(self.rt, f"dequant_flops_per_weight_{fmt}"))
+
+    @functools.cached_property
+    def compute_dtype(self) -> str:
+        """The matrix units' dtype on this hardware (``dtypes.compute_dtype``)."""
+        return dtypes.compute_dtype(self.weight_dtype, self.hw)
 
     @functools.cached_property
     def matrix_flops_per_s(self) -> float:
         """Achievable matrix FLOP/s: peak(compute dtype) · hardware and runtime efficiency."""
-        return (self.hw.matrix_peak(dtypes.compute_dtype(self.weight_dtype))
+        return (self.hw.matrix_peak(self.compute_dtype)
                 * self.hw.matrix_efficiency * self.rt.compute_efficiency)
 
     @functools.cached_property

@@ -168,3 +168,16 @@ def divisors(n: int) -> list:
     """Positive divisors of n, ascending (TP degrees must divide the heads, PP degrees the layers)."""
     small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+def kv_transfer_link(hw: Hardware, devices_per_instance: int) -> Link:
+    """Link between a prefill instance and a decode instance of ``devices_per_instance`` devices
+    each (disaggregated serving): the scale-up fabric when both fit in one node, else the network."""
+    return hw.link_for(2 * devices_per_instance)
+
+
+def kv_transfer_s(kv_bytes, hw: Hardware, tp: int, pp: int = 1):
+    """Time to move one request's KV cache (``kv_bytes`` over the whole instance) from the prefill
+    instance to a decode instance: every device sends its own shard to its counterpart at the same
+    time, so one message of kv_bytes / (tp·pp) over :func:`kv_transfer_link`: α + S/β."""
+    return transfer_time_s(np.asarray(kv_bytes, dtype=float) / (tp * pp), kv_transfer_link(hw, tp * pp))

@@ -65,9 +65,24 @@ def kv_bytes_per_element(dtype: str) -> float:
     return BYTES_PER_ELEMENT[dtype]
 
 
-def compute_dtype(weight_dtype: str) -> str:
-    """Dtype of the matrix units: weight-only int8/int4 dequantise to fp16; fp8 runs on fp8 units."""
+def compute_dtype(weight_dtype: str, hw=None) -> str:
+    """Dtype of the matrix units: weight-only int8/int4 dequantise to fp16; fp8 runs on fp8 units where
+    the hardware has them (``hw.supports('fp8')``) and weight-only on the fp16 units where it has not
+    (A100, V100, T4, A10G: the stacks upcast fp8 weights in the GEMM, e.g. vLLM's fp8 Marlin kernel)."""
+    if weight_dtype == "fp8" and hw is not None and not hw.supports("fp8"):
+        return "fp16"
     return {"int8": "fp16", "int4": "fp16"}.get(weight_dtype, weight_dtype)
+
+
+def weight_only(weight_dtype: str, hw=None) -> bool:
+    """Whether the weights are dequantised to fp16 inside the GEMM (int8/int4, or fp8 without fp8 units)."""
+    return weight_dtype in QUANTISED or (weight_dtype == "fp8" and compute_dtype(weight_dtype, hw) != "fp8")
+
+
+def default_kv_dtype(weight_dtype: str) -> str:
+    """The KV cache dtype when none is given: the activation dtype (vLLM ``kv_cache_dtype='auto'``,
+    TensorRT-LLM without ``--kv_cache_dtype``), i.e. bf16 for bf16 models, fp32 for fp32, else fp16."""
+    return weight_dtype if weight_dtype in ("fp32", "bf16") else "fp16"
 
 
 def activation_bytes(weight_dtype: str) -> float:

@@ -120,7 +120,7 @@ def parse_hardware(data, src: str) -> Hardware:
     def eff(key):
         e = ef.sub(key)
         e.text("source")
-        return e.num("value", min_value=0.01, max_value=1.2)
+        return e.num("value", min_value=0.01, max_value=1.0)   # a fraction of the datasheet
 
     sources = tuple(f.items("sources"))
     if not sources:

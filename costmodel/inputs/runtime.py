@@ -72,8 +72,10 @@ def parse_runtime(data, src: str) -> Runtime:
     vals, sources = {}, []
     for k in NUMERIC:
         s = f.sub(k)
-        vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0,   # 0 would divide by zero
-                        max_value=1.5 if "efficiency" in k else None)
+        # efficiencies are fractions of the hardware's achievable rates: (0, 1] (0 would divide by
+        # zero; above 1 the model would beat the datasheet); overheads are >= 0
+        vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0,
+                        max_value=1.0 if "efficiency" in k else None)
         sources.append((k, s.text("source")))
     for k in ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8"):
         s = f.sub(k, required=False)

@@ -2,7 +2,7 @@
 
 Without flags: every row predicted with the current runtime profiles (for the project's own data
 these were fitted on the same rows, so the errors are *in sample*). ``--report``: held-out errors
-(leave-one-source-out refits, see :mod:`costmodel.calibration.calibrate`), written to REPORT.md, a log-log PNG
+(leave-one-publication-out refits, see :mod:`costmodel.calibration.calibrate`), written to REPORT.md, a log-log PNG
 and error_band.yaml. ``--fit``: the same held-out run, plus the all-rows fit written into
 ``runtimes/*.yaml`` (with provenance) and ``calibration.yaml``.
 """
@@ -25,8 +25,9 @@ def register(subparsers, common):
                         "calibration.yaml; reports held-out errors")
     p.add_argument("--report", action="store_true",
                    help="write REPORT.md, the predicted-vs-measured PNG and error_band.yaml (held-out errors)")
-    p.add_argument("--by", choices=("group", "source"), default="group",
-                   help="held-out folds: one source table (group, default) or one publication (source)")
+    p.add_argument("--by", choices=("publication", "group", "source"), default="publication",
+                   help="held-out folds: one publication (publication, default; 'source' is an alias) or one "
+                        "source table (group)")
     p.add_argument("--output-dir", metavar="DIR", default=None,
                    help="where --report/--fit write their files (default: validation/)")
     p.add_argument("--rows", action="store_true", help="table output: list every row, not only the summary")
@@ -50,18 +51,20 @@ def run(args):
         if (args.fit or args.report) and not out_dir.is_dir():
             from costmodel.errors import InputError
             raise InputError("output folder not found", source=str(out_dir), field="--output-dir")
-        loso = calibrate.leave_one_source_out(ms, by=args.by)
+        by = "publication" if args.by == "source" else args.by
+        loso = calibrate.leave_one_source_out(ms, by=by)
         rows = loso["rows"]
-        summary = dict(summarize(rows), mode=f"held_out (leave-one-{'source' if args.by == 'group' else 'publication'}-out)")
+        summary = dict(summarize(rows), mode=f"held_out (leave-one-{'table' if by == 'group' else 'publication'}-out)")
         date = calibrate.today()
         if args.fit:
-            split = f"{', '.join(files)} (all rows; held-out errors by leave-one-source-out)"
+            split = f"{', '.join(files)} (all rows; held-out errors by leave-one-{'table' if by == 'group' else 'publication'}-out)"
             written += calibrate.write_fit(loso, split, out_dir, date=date)
         if args.report:
             in_sample = validate(ms, runtimes=calibrate.runtimes_from_fit(loso["full_fit"]))
-            strict = calibrate.leave_one_source_out(ms, by="source") if args.by == "group" else None
-            written += calibrate.write_report(loso, ms, out_dir, in_sample=in_sample, strict=strict, files=files,
-                                              date=date)
+            other = calibrate.leave_one_source_out(ms, by="group" if by == "publication" else "publication")
+            ablation = calibrate.ablate(ms, by=by)
+            written += calibrate.write_report(loso, ms, out_dir, in_sample=in_sample, other=other, files=files,
+                                              date=date, ablation=ablation)
         result = {"rows": rows, "summary": summary, "fit": {r: e["params"] for r, e in loso["full_fit"].items()},
                   "written": written}
     else:

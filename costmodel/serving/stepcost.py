@@ -1,0 +1,173 @@
+"""Step costs for the serving simulator, read from the engine once per run.
+
+For a step holding n decoding sequences (context sum ΣL) and prefill chunks:
+
+    step_s = pass(tokens, lm, pairs, kv_read)       the target's mixed pass (costmodel.engine.mixed)
+           + E_γ(n, ΣL / n)                          everything else in a decoding step
+           + draft prefill of the chunks             a draft model's own pass over the same chunks
+
+E_γ(n, L) = evaluate's step_latency_s − the target's pass for n sequences at context L, on a grid
+of n = 1..max_num_seqs and L (linear interpolation in L; costs are linear in L between regime
+changes): the draft passes, draft↔target transfers and per-step host overheads, exactly as
+``costmodel.evaluate`` prices them. A step with no decoding sequence pays the runtime's
+``step_overhead_s`` as a prefill does. So at low load a request sees evaluate's ttft_s and
+time_per_output_token_s.
+
+Per decoding sequence the target pass takes the strategy's own verification shape
+(:func:`costmodel.engine.mixed.shape_coefficients` of ``decode_shape`` for γ+1 tokens or the tree's
+``verify_shape``). Tokens per step of a request with acceptance α_i: Leviathan's chain formula at
+the γ in force; a tree keeps evaluate's τ (its shape is chosen for the record's α).
+
+KV capacity of one instance (:func:`kv_capacity_tokens`): on the most loaded device,
+usable − weights (target, and a draft on the same device) − activations of the largest pass −
+runtime overhead, divided by the KV bytes per token (target per device + a same-device draft's).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+
+from costmodel.engine import acceptance, memory
+from costmodel.engine.evaluate import build_exec, build_draft, evaluate_arrays, make_ctx
+from costmodel.engine.mixed import PassTable, shape_coefficients
+from costmodel.engine.strategies.common import decode_shape
+from costmodel.engine.strategies.speculative import separate
+from costmodel.errors import InputError
+from costmodel.inputs.record import Record
+
+L_GRID_POINTS = 40
+
+
+class GammaCosts:
+    """Per-γ pieces: per-sequence pass coefficients, E table, tokens per step."""
+
+    def __init__(self, sc: "StepCosts", gamma: int):
+        rec = sc.rec
+        self.gamma = gamma
+        if gamma == 0:
+            r = rec.replace(strategy="autoregressive", draft_model=None)
+        elif rec.strategy == "speculative":
+            r = rec.replace(gamma=int(gamma))
+        else:
+            r = rec
+        self.rec = r
+        ex = sc.ex
+        if r.strategy == "tree":
+            from costmodel.engine.strategies.tree import build_tree, verify_shape
+            ctx1 = make_ctx(r, ex, {"batch_size": 1.0, "prompt_len": 1.0, "gen_len": 0.0})
+            tr = build_tree(ctx1)
+
+            def shape_at(L):
+                ctx = make_ctx(r, ex, {"batch_size": 1.0, "prompt_len": L, "gen_len": 0.0})
+                return verify_shape(ctx, tr, r.attention_kernel, [])
+        else:
+            q = 1.0 if r.strategy == "autoregressive" else gamma + 1.0
+
+            def shape_at(L):
+                return decode_shape(1.0, q, L)
+        self.q_tok, self.q_lm, self.p0, self.p1, self.k0, self.k1 = shape_coefficients(shape_at)
+        self.slots = int(math.ceil(self.q_tok)) - 1          # speculative KV slots beyond the context
+        n = np.arange(1, sc.max_num_seqs + 1, dtype=float)
+        L = sc.L_grid
+        res = evaluate_arrays(r, {"batch_size": n[:, None], "prompt_len": np.maximum(L[None, :] - 1.0, 0.0),
+                                  "gen_len": np.full((1, 1), 2.0)}, with_baseline=False)
+        step = np.broadcast_to(res["step_latency_s"], (len(n), len(L)))
+        nn = n[:, None]
+        Lb = np.broadcast_to(L[None, :], step.shape)
+        tok = np.broadcast_to(np.rint(nn * self.q_tok).astype(np.int64), step.shape)
+        lm = np.broadcast_to(np.rint(nn * self.q_lm).astype(np.int64), step.shape)
+        v = sc.table.times(tok, lm, nn * (self.p0 + self.p1 * Lb), nn * (self.k0 + self.k1 * Lb))
+        self.E = np.maximum(step - v, 0.0)
+        self.E_rows = [row.tolist() for row in self.E]
+        tps = np.ravel(res["tokens_per_step"])
+        self.tree_tau = float(tps[0]) if r.strategy == "tree" else None
+
+    def tau(self, alpha):
+        """Tokens per step for acceptance ``alpha`` (array): 1 for plain decoding."""
+        if self.gamma == 0 or self.rec.strategy == "autoregressive":
+            return np.ones_like(np.asarray(alpha, dtype=float))
+        if self.tree_tau is not None:
+            return np.full_like(np.asarray(alpha, dtype=float), self.tree_tau)
+        return acceptance.chain_tokens_per_step(np.asarray(alpha, dtype=float), self.gamma)
+
+    def extra_s(self, n: int, Lmean: float, L_list) -> float:
+        """E(n, L̄) by linear interpolation in L (clamped to the grid)."""
+        row = self.E_rows[n - 1]
+        i = bisect.bisect_right(L_list, Lmean)
+        if i <= 0:
+            return row[0]
+        if i >= len(L_list):
+            return row[-1]
+        x0, x1 = L_list[i - 1], L_list[i]
+        return row[i - 1] + (row[i] - row[i - 1]) * (Lmean - x0) / (x1 - x0)
+
+    def extra_s_array(self, n: int, Lmean, L_grid):
+        return np.interp(Lmean, L_grid, self.E[n - 1])
+
+
+class StepCosts:
+    """Everything the event loop needs from the engine for one deployment (one instance)."""
+
+    def __init__(self, rec: Record, max_num_seqs: int, max_tokens: int, max_context: float):
+        self.rec = rec.replace(batch_sync="ragged")
+        if rec.strategy == "shared_prefix":
+            raise InputError("serving runs independent requests; give shared_prompt_len for a common "
+                             "system prompt instead of the shared_prefix strategy", field="strategy")
+        if rec.tree_shape == "optimal_for_hardware":
+            raise InputError("serve needs a fixed tree; use tree_shape=optimal or explicit", field="tree_shape")
+        self.ex = build_exec(self.rec)
+        draft = build_draft(self.rec, self.ex)
+        self.draft_ex = draft if (draft is not None and self.rec.draft_model != "self") else None
+        self.max_num_seqs = max_num_seqs
+        q_max = 1 + max(rec.gamma or 0, rec.tree_nodes or 0, 64 if rec.strategy == "tree" else 0)
+        self.table = PassTable(self.ex, max_tokens + max_num_seqs * q_max)
+        self.draft_table = PassTable(self.draft_ex, max_tokens + 16) if self.draft_ex is not None else None
+        top = max(float(max_context) * 1.05, 64.0)
+        self.L_grid = np.unique(np.concatenate([np.geomspace(2.0, top, L_GRID_POINTS), [top]]))
+        self.L_list = self.L_grid.tolist()
+        self.step_overhead_s = float(self.ex.rt.step_overhead_s)
+        self._gammas: dict = {}
+
+    def gamma_costs(self, gamma: int) -> GammaCosts:
+        g = self._gammas.get(gamma)
+        if g is None:
+            g = self._gammas[gamma] = GammaCosts(self, gamma)
+        return g
+
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes per token on the most loaded device (target shard + a same-device draft)."""
+        b = self.ex.kv_bytes_per_token_device
+        if self.draft_ex is not None and not separate_draft(self.rec):
+            b += self.draft_ex.kv_bytes_per_token_device
+        return float(b)
+
+    def kv_capacity_tokens(self, max_tokens: int) -> int:
+        ex = self.ex
+        weights = ex.weight_bytes_device()
+        if self.draft_ex is not None and not separate_draft(self.rec):
+            weights += self.draft_ex.weight_bytes_device()
+        acts = float(np.ravel(memory.activation_bytes(ex, max_tokens, self.max_num_seqs * 8))[0])
+        free = ex.hw.usable_bytes - weights - acts - ex.rt.memory_overhead_bytes
+        cap = int(free // self.kv_bytes_per_token())
+        if cap <= 0:
+            raise InputError(f"the deployment leaves no memory for the KV cache on {ex.hw.id} "
+                             f"({weights / 1e9:.1f} GB of weights, {acts / 1e9:.2f} GB of activations for "
+                             f"{max_tokens} tokens per step, {ex.hw.usable_bytes / 1e9:.1f} GB usable)",
+                             field="n_devices", allowed="more devices, a smaller model or max_num_batched_tokens")
+        return cap
+
+    def kv_bytes_total_per_token(self) -> float:
+        """KV bytes of one token over the whole instance (what a disaggregated hand-off moves)."""
+        return float(self.ex.model.kv_bytes_per_token(self.ex.kv_elem_bytes))
+
+
+def separate_draft(rec: Record) -> bool:
+    """The draft sits on its own device (its weights and KV leave the target's memory)."""
+    class _C:                      # speculative.separate reads only ctx.rec
+        pass
+    c = _C()
+    c.rec = rec
+    return separate(c)

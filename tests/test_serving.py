@@ -1,0 +1,142 @@
+"""Serving under load: the mixed pass, the simulator's invariants and its physics."""
+
+import math
+
+import numpy as np
+import pytest
+
+import costmodel
+from costmodel.engine.evaluate import build_exec
+from costmodel.engine.mixed import PassTable, chunk_terms, mixed_pass_cost
+from costmodel.engine.strategies.common import decode_shape, prefill_shape
+from costmodel.engine.pass_cost import pass_cost
+from costmodel.inputs.record import parse_record
+from costmodel.serving import serve
+from costmodel.serving.workload import gamma_for, parse_gamma_schedule
+
+AR = {"model": "llama-3-8b", "hardware": "h100-sxm", "runtime": "vllm"}
+SPEC = dict(AR, strategy="speculative", draft_model="llama-68m", gamma=4, acceptance_rate=0.6)
+
+
+def test_chunk_terms_by_hand():
+    # 100 tokens after 412 cached: pairs 100·412 + 100·101/2 = 41200 + 5050; KV read 412 + 100
+    assert chunk_terms(100, 412) == (100, 46250.0, 512)
+    # the whole prompt (L0 = 0) is the prefill shape: P(P+1)/2 pairs, P tokens read
+    s = prefill_shape(1, 512)
+    t, p, kv = chunk_terms(512, 0)
+    assert (t, p, kv) == (float(s.tokens), float(s.pairs), float(s.kv_hbm_tokens))
+
+
+def test_pass_table_equals_pass_cost():
+    rng = np.random.default_rng(1)
+    for rec in (AR, {"model": "mixtral-8x7b", "hardware": "h100-sxm", "n_devices": 2},
+                {"model": "llama-2-7b", "hardware": "t4", "runtime": "eager", "weight_dtype": "int4"}):
+        ex = build_exec(parse_record(dict(rec, batch_size=1, prompt_len=8)))
+        tab = PassTable(ex, 4096)
+        T, lm = rng.integers(1, 4096, 40), rng.integers(1, 256, 40)
+        pairs, kv = rng.uniform(0, 1e7, 40), rng.uniform(0, 4e5, 40)
+        ref = mixed_pass_cost(ex, T, lm, pairs, kv).time_s
+        np.testing.assert_allclose(tab.times(T, lm, pairs, kv), ref, rtol=1e-12)
+        assert tab.time(int(T[0]), int(lm[0]), float(pairs[0]), float(kv[0])) == pytest.approx(ref[0], rel=1e-12)
+    # a decode-only mixed pass of 8 sequences at context 300 is evaluate's decode pass
+    ex = build_exec(parse_record(dict(AR, batch_size=1, prompt_len=8)))
+    s = decode_shape(8, 1, 300)
+    assert float(mixed_pass_cost(ex, 8, 8, s.pairs, s.kv_hbm_tokens).time_s) == \
+        pytest.approx(float(pass_cost(s, ex).time_s), rel=1e-12)
+
+
+@pytest.mark.parametrize("rec", [AR, SPEC], ids=["ar", "speculative"])
+def test_low_load_equals_evaluate(rec):
+    e = costmodel.evaluate(dict(rec, batch_size=1, prompt_len=512, gen_len=128))
+    r = serve(rec, request_rate=0.05, num_requests=12, prompt_len=512, gen_len=128, acceptance_sd=0)
+    assert r["ttft_s"]["p50"] == pytest.approx(e["ttft_s"], rel=0.05)
+    assert r["tpot_s"]["p50"] == pytest.approx(e["time_per_output_token_s"], rel=0.05)
+
+
+def test_conservation_and_littles_law():
+    r = serve(AR, request_rate=60, duration_s=20, prompt_len_dist="uniform:100:900", gen_len_dist="lognormal:150:0.6")
+    assert r["requests_arrived"] == r["requests_completed"] + r["requests_running"] + r["requests_queued"] \
+        + r["requests_rejected"]
+    assert r["requests_running"] + r["requests_queued"] > 0          # the window closes mid-stream
+    assert abs(r["littles_law"]["rel_error"]) < 0.05
+    d = serve(AR, request_rate=30, num_requests=300, prompt_len=1024, gen_len=64,
+              prefill_instances=1, decode_instances=2)
+    assert d["requests_completed"] == 300 and abs(d["littles_law"]["rel_error"]) < 0.05
+    assert d["n_devices_total"] == 3
+
+
+try:
+    from hypothesis import given, settings, strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    @settings(max_examples=12, deadline=None)
+    @given(rate=st.floats(1, 400), dur=st.floats(0.5, 5), seqs=st.integers(1, 64),
+           chunked=st.booleans(), seed=st.integers(0, 1000))
+    def test_every_request_accounted_for(rate, dur, seqs, chunked, seed):
+        r = serve(AR, request_rate=rate, duration_s=dur, max_num_seqs=seqs, chunked_prefill=chunked, seed=seed,
+                  prompt_len_dist="uniform:16:2048", gen_len_dist="uniform:1:300", shared_prompt_len=64)
+        assert r["requests_arrived"] == r["requests_completed"] + r["requests_running"] + r["requests_queued"] \
+            + r["requests_rejected"]
+        assert min(r["requests_running"], r["requests_queued"], r["requests_completed"]) >= 0
+
+
+def test_p99_ttft_rises_steeply_near_capacity():
+    # capacity: a saturated run's request throughput
+    sat = serve(AR, num_requests=600, prompt_len=512, gen_len=128)
+    cap = sat["request_throughput_per_s"]
+    lo = serve(AR, request_rate=0.3 * cap, num_requests=600, prompt_len=512, gen_len=128)
+    hi = serve(AR, request_rate=1.2 * cap, num_requests=600, prompt_len=512, gen_len=128)
+    assert hi["ttft_s"]["p99"] > 10 * lo["ttft_s"]["p99"]
+
+
+def test_kv_exhaustion_preempts_never_loses():
+    r = serve({"model": "llama-2-13b", "hardware": "a100-40gb", "runtime": "vllm"}, num_requests=200,
+              prompt_len=1024, gen_len_dist="uniform:200:1500", max_num_seqs=256)
+    assert r["preemptions"] > 0 and r["requests_completed"] == 200
+    assert r["kv_utilisation_mean"] > 0.5
+
+
+def test_speculation_under_load():
+    speedups, totals = [], {"fixed": 0.0, "schedule": 0.0}
+    for rate in (2, 40, 80, 120):
+        kw = dict(request_rate=rate, num_requests=600, prompt_len=512, gen_len=128)
+        a = serve(AR, **kw)["e2e_s"]["mean"]
+        s = serve(SPEC, **kw)["e2e_s"]["mean"]
+        g = serve(SPEC, gamma_schedule="1-16:4,17-64:2,65-:0", **kw)["e2e_s"]["mean"]
+        speedups.append(a / s)
+        totals["fixed"] += s
+        totals["schedule"] += g
+    assert speedups[0] > 1.5 and speedups[-1] < 1.0            # helps when idle, hurts when saturated
+    assert speedups[0] > speedups[1] > speedups[2]             # beyond saturation both only queue
+    assert totals["schedule"] < totals["fixed"]
+
+
+def test_gamma_schedule_parsing():
+    s = parse_gamma_schedule("1-64:3,65-128:1,129-:0")
+    assert s == ((1, 64, 3), (65, 128, 1), (129, math.inf, 0))
+    assert [gamma_for(s, n) for n in (1, 64, 65, 200)] == [3, 3, 1, 0]
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("request_rate", "-1", "request_rate"), ("prompt_len_dist", "normal:3", "prompt_len_dist"),
+    ("gamma_schedule", "2-8:3", "gamma_schedule"), ("arrival", "weibull", "arrival"),
+    ("max_num_seqs", "0", "max_num_seqs"), ("chunked_prefill", "maybe", "chunked_prefill"),
+    ("request_ratee", "3", "did you mean"), ("decode_instances", "2", "prefill_instances")])
+def test_bad_workload_fields(field, value, needle):
+    with pytest.raises(costmodel.InputError, match=needle):
+        serve(AR, **{field: value, "num_requests": 5})
+
+
+def test_cli_serve(capsys):
+    from costmodel.cli.main import main
+    assert main(["serve", "model=llama-3-8b", "hardware=h100-sxm", "request_rate=5", "num_requests=20",
+                 "--format", "json"]) == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    for k in ("requests_arrived", "requests_completed", "requests_preempted", "ttft_s", "tpot_s", "e2e_s",
+              "throughput_tokens_per_s", "throughput_tokens_per_s_per_device", "goodput_requests_per_s",
+              "mean_running_seqs", "mean_concurrency", "kv_utilisation_mean"):
+        assert k in out
+    assert main(["serve", "model=llama-3-8b", "hardware=h100-sxm", "block_size=x"]) == 2
