@@ -15,6 +15,7 @@ import pytest
 import costmodel
 from costmodel import evaluate, load_hardware
 from costmodel.cli.main import main
+from costmodel.engine import memory
 from costmodel.engine.evaluate import build_exec
 from costmodel.inputs.hardware import Link
 from costmodel.engine.parallel import (allreduce_time_s, divisors, draft_link, pipeline_bubble_fraction,
@@ -89,7 +90,7 @@ def test_tp_never_raises_per_device_weights():
         m = build_exec(base).model
         prev = None
         for tp in divisors(m.n_heads):
-            w = build_exec(base.replace(n_devices=tp)).weight_bytes_device()
+            w = memory.weights_device_bytes(build_exec(base.replace(n_devices=tp)))
             assert prev is None or w <= prev, (mid, tp)
             prev = w
     # through evaluate, past the 8 KV heads (K/V projections replicated at TP16 and TP32)

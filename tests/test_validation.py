@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import costmodel
-from costmodel.calibration import calibrate
+from costmodel.calibration import calibrate, report
 from costmodel.cli.main import main
 from costmodel.errors import InputError
 from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, parse_measurement, predict, summarize, validate)
@@ -207,14 +207,14 @@ def test_error_band_file_shape():
 
 
 def test_report_files(loso, measurements, tmp_path):
-    written = calibrate.write_report(loso, measurements, tmp_path, files=["validation/measurements.csv"])
+    written = report.write_report(loso, measurements, tmp_path, files=["validation/measurements.csv"])
     names = {Path(w).name for w in written}
-    assert names == {"REPORT.md", calibrate.PLOT_NAME, "error_band.yaml"}
+    assert names == {"REPORT.md", report.PLOT_NAME, "error_band.yaml"}
     text = (tmp_path / "REPORT.md").read_text()
     assert "Worst 10 rows" in text and "By strategy" in text and "By hardware" in text
     worst = text.split("## Worst 10 rows")[1].split("##")[0]
     assert worst.count("\n| VP") + worst.count("\n| KV") >= 10
-    assert (tmp_path / calibrate.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / report.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
     band = yaml.safe_load((tmp_path / "error_band.yaml").read_text())
     assert band["overall"]["n"] == summarize(loso["rows"])["n"]
 

@@ -22,7 +22,7 @@ COLORS = {"autoregressive": "#4C72B0", "speculative": "#DD8452", "tree": "#55A86
 LABELS = {"autoregressive": "autoregressive", "speculative": "speculative (chain)", "tree": "tree",
           "shared_prefix": "shared prefix"}
 PHASE_STYLE = {"prefill": ("o", "#C44E52"), "AR decode step": ("s", "#4C72B0"), "draft pass": ("^", "#DD8452"),
-               "verification pass": ("D", "#55A868")}
+               "verification pass": ("D", "#55A868"), "shared-prefix decode step": ("v", "#8172B3")}
 FULL_MARGIN = 1.5          # a cell is drawn in full colour when the winner leads the runner-up by this much
 SHORT = {"norm_rope_residual": "norm", "qkv_proj": "qkv", "o_proj": "o", "ffn_activation": "act", "lm_head": "lm_head",
          "embedding": "embed", "attention": "attention", "ffn": "ffn", "moe_ffn": "moe", "medusa_heads": "medusa"}
@@ -166,35 +166,23 @@ def decision_map(fields: dict, output: str, batch_sizes=DEFAULT_BATCHES, context
 
 
 # --------------------------------------------------------------------------- roofline
+#: the engine's passes each roofline phase shows (costmodel.engine.evaluate.evaluate_passes)
+ROOFLINE_PHASES = (("prefill", "prefill"), ("AR decode step", "ar_decode"), ("shared-prefix decode step", "decode"),
+                   ("draft pass", "draft"), ("verification pass", "verify"))
+
+
 def roofline_data(fields: dict) -> dict:
-    """Operators of each phase: (phase, name, FLOPs, HBM bytes, seconds) per device, plus the device's peaks."""
-    from costmodel.engine.evaluate import build_draft, build_exec, make_ctx
+    """Operators of each phase: (phase, name, FLOPs, HBM bytes, seconds) per device, plus the device's
+    peaks. The phases are the passes :func:`costmodel.engine.evaluate.evaluate_passes` priced for the
+    record (the draft phase: every draft pass of one step); ``phase_time_s`` holds each pass's time."""
+    from costmodel.engine.evaluate import evaluate_passes
     from costmodel.inputs.record import parse_record
-    from costmodel.engine.pass_cost import pass_cost
-    from costmodel.engine.strategies.common import decode_shape, prefill_shape
     _need(fields, "model", "hardware", "batch_size", "prompt_len")
     rec = parse_record(fields, allow_meta=True)
-    ex = build_exec(rec)
-    ctx = make_ctx(rec, ex)
-    B, P, L = float(rec.batch_size), float(rec.prompt_len), float(ctx.L)
-    phases = [("prefill", pass_cost(prefill_shape(B, P), ex), ex.tp),
-              ("AR decode step", pass_cost(decode_shape(B, 1.0, L), ex), ex.tp)]
-    if rec.strategy == "speculative":
-        phases.append(("verification pass", pass_cost(decode_shape(B, rec.gamma + 1.0, L), ex), ex.tp))
-        d = build_draft(rec, ex)
-        if d is not None:
-            phases.append(("draft pass", pass_cost(decode_shape(B, 1.0, L), d), d.tp))
-    elif rec.strategy == "tree":
-        from costmodel.engine.strategies.tree import build_tree, medusa_ops, resolve_draft, verify_shape
-        t = build_tree(ctx)
-        d_ex, kind = resolve_draft(ctx, build_draft(rec, ex))
-        extra = medusa_ops(ex, max(t.depth, 1), B) if kind == "medusa" else []
-        phases.append(("verification pass", pass_cost(verify_shape(ctx, t, rec.attention_kernel, extra), ex), ex.tp))
-        if d_ex is not None:
-            from costmodel.engine.ops import PassShape
-            n1 = float(t.level_sizes[0])
-            phases.append(("draft pass", pass_cost(PassShape(tokens=B * n1, pairs=B * n1 * (L + 1), kv_hbm_tokens=B * L,
-                                                             lm_tokens=B * n1), d_ex), d_ex.tp))
+    passes = evaluate_passes(rec)
+    ex = passes["prefill"].ex
+    phases = [(phase, passes[key].cost, passes[key].ex.tp) for phase, key in ROOFLINE_PHASES
+              if key in passes and not (key == "decode" and rec.strategy == "autoregressive")]
     ops = []
     for phase, cost, tp in phases:
         for name, fl, hb, t, bound in cost.ops:
@@ -203,7 +191,8 @@ def roofline_data(fields: dict) -> dict:
                 continue
             ops.append({"phase": phase, "name": name, "flops": fl / tp, "hbm_bytes": hb / tp, "time_s": t,
                         "intensity": fl / hb, "flops_per_s": fl / tp / t, "bound": str(np.ravel(bound)[0])})
-    return {"ops": ops, "peak_flops": ex.hw.matrix_peak(ex.compute_dtype),
+    return {"ops": ops, "phase_time_s": {phase: float(np.ravel(cost.time_s)[0]) for phase, cost, _ in phases},
+            "peak_flops": ex.hw.matrix_peak(ex.compute_dtype),
             "achievable_flops": ex.matrix_flops_per_s, "peak_bw": ex.hw.bandwidth_bytes_per_s,
             "achievable_bw": ex.hbm_bytes_per_s, "vector_flops": ex.vector_flops_per_s, "hw_name": ex.hw.name,
             "record": rec}

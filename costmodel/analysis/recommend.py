@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costmodel.errors import InputError
-from costmodel.engine.evaluate import build_exec, evaluate_arrays
+from costmodel.engine.evaluate import build_exec, evaluate_arrays, evaluate_passes
 from costmodel.inputs.hardware import Hardware, load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.inputs.record import DRAFT_KINDS, parse_record
@@ -273,8 +273,27 @@ def _ridge(fields: dict, hw) -> float:
     return ex.matrix_flops_per_s / ex.hbm_bytes_per_s
 
 
-def explain(fields: dict, hw, best: str, cands: dict, ar_res: dict) -> str:
-    """One line on why ``best`` wins, in terms of the binding resource of an AR step."""
+#: the operators of a pass that multiply by weight matrices (costmodel.engine.ops.layer_ops)
+WEIGHT_GEMMS = ("qkv_proj", "o_proj", "ffn", "moe_ffn", "router", "lm_head")
+
+
+def pass_shares(cost) -> dict:
+    """What a pass's HBM traffic is made of, from the engine's per-operator rows: ``weight_gemms``
+    and ``attention`` (the KV cache read and written, q and o) as shares of the pass's bytes, and
+    ``gemm_intensity``, the weight GEMMs' FLOPs per byte."""
+    rows = [(name, float(np.ravel(f)[0]), float(np.ravel(h)[0])) for name, f, h, _t, _b in cost.ops]
+    total = sum(h for _, _, h in rows)
+    g_fl = sum(f for n, f, _ in rows if n in WEIGHT_GEMMS)
+    g_hb = sum(h for n, _, h in rows if n in WEIGHT_GEMMS)
+    att = sum(h for n, _, h in rows if n == "attention")
+    nan = float("nan")
+    return {"weight_gemms": g_hb / total if total else nan, "attention": att / total if total else nan,
+            "gemm_intensity": g_fl / g_hb if g_hb else nan}
+
+
+def explain(fields: dict, hw, best: str, cands: dict, ar_pass) -> str:
+    """One line on why ``best`` wins, in terms of the binding resource of an AR step (``ar_pass``: the
+    autoregressive candidate's decoding pass as the engine priced it, with its operator rows)."""
     B = int(float(fields.get("batch_size", 1)))
     n_br = int(float(fields.get("n_branches") or 1))
     seqs = B * n_br
@@ -283,19 +302,16 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_res: dict) -> str:
     ai = ar.get("arithmetic_intensity", float("nan"))
     ridge = _ridge(fields, hw)
     moved = ar.get("hbm_bytes_per_step", float("nan"))
-    L = float(fields.get("prompt_len", 0)) + float(fields.get("gen_len") or 128) / 2.0
-    kv = seqs * L * float(np.ravel(ar_res["kv_bytes_per_token"])[0]) if "kv_bytes_per_token" in ar_res else 0.0
-    kvfrac = min(1.0, kv / moved) if moved else float("nan")
+    share = pass_shares(ar_pass)
     where = f"batch {B}" + (f" × {n_br} branches" if n_br > 1 else "")
     if bound == "memory":
         head = (f"memory-bound at {where}: an AR step moves {_fmt_bytes(moved)} "
-                f"({1 - kvfrac:.0%} of it weights, {kvfrac:.0%} KV cache) at {ai:.0f} FLOP/B, below the device's ridge of {ridge:.0f} FLOP/B")
+                f"({share['weight_gemms']:.0%} of it weight GEMMs, {share['attention']:.0%} attention over the KV "
+                f"cache) at {ai:.0f} FLOP/B, below the device's ridge of {ridge:.0f} FLOP/B")
     elif bound == "compute":
-        from costmodel.inputs import dtypes
-        w_bytes = dtypes.weight_bytes_per_param(str(fields.get("weight_dtype") or "fp16"))
-        gemm_ai = 2.0 * seqs / w_bytes            # 2·params·tokens FLOPs over params·bytes of weights
-        head = (f"compute-bound at {where}: the weight GEMMs of an AR step already run at about {gemm_ai:.0f} "
-                f"FLOP/B ({seqs} tokens per weight read), above the device's ridge of {ridge:.0f} FLOP/B")
+        head = (f"compute-bound at {where}: the weight GEMMs of an AR step already run at about "
+                f"{share['gemm_intensity']:.0f} FLOP/B ({seqs} tokens per weight read), above the device's ridge "
+                f"of {ridge:.0f} FLOP/B")
     elif bound == "launch":
         head = f"launch-bound at {where}: an AR step is dominated by kernel launches and host overhead"
     else:
@@ -360,8 +376,8 @@ def recommend_on(fields: dict, hw, objective: str = "tokens_per_s") -> dict:
                           f"{_fmt_bytes(cands['autoregressive']['peak_device_memory_bytes'])}",
                 "candidates": list(cands.values()), "notes": notes}
     best = max(good, key=lambda k: (good[k], -FAMILIES.index(k)))
-    ar_res = ev["autoregressive"]["results"][0]
-    reason = explain(fields, hw, best, cands, ar_res)
+    ar_pass = evaluate_passes(_record(fam["autoregressive"][0].fields, hw))["decode"].cost
+    reason = explain(fields, hw, best, cands, ar_pass)
     order = sorted(cands, key=lambda k: -cands[k]["ratio_to_best"])
     for c in cands.values():
         c.pop("_goodness")

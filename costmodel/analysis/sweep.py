@@ -39,6 +39,13 @@ How it is evaluated (DESIGN §6: no Python loop per row):
 given as ``scheduler``); with ``output`` the workers write partitioned Parquet
 (``part.00000.parquet``, …) so results larger than memory never pass through one process. See
 ``docs/sweep.md``.
+
+Modules: :mod:`~costmodel.analysis.sweep_grid` (axes, blocks, array validation),
+:mod:`~costmodel.analysis.sweep_columns` (output columns), :mod:`~costmodel.analysis.sweep_output`
+(CSV / Parquet), :mod:`~costmodel.analysis.sweep_invalid` (``on_invalid``),
+:mod:`~costmodel.analysis.sweep_dask` (chunks, their schema, the Dask engine),
+:mod:`~costmodel.analysis.sweep_stream` (a file written chunk by chunk); this one evaluates the
+blocks (in process or forked) and assembles the frame.
 """
 
 from __future__ import annotations
@@ -46,16 +53,19 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
+from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
+from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
+    check_block, grid_size, group_blocks, parse_axis, plan_axes
+from costmodel.analysis.sweep_output import write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
-from costmodel.engine.evaluate import NUMERIC_AXES, evaluate, evaluate_arrays
-from costmodel.engine.roofline import BOUNDS, operator_rows
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
+from costmodel.engine.evaluate import evaluate, evaluate_arrays
+from costmodel.engine.roofline import operator_rows
+from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -65,412 +75,8 @@ CHUNK_ROWS = 1 << 15
 #: rows per Dask task (each task evaluates its rows in CHUNK_ROWS pieces): 2**20 rows of ~45
 #: columns is ~0.4 GB of results per task
 DEFAULT_CHUNK_ROWS = 1 << 20
-LIST_FIELDS = ("rank_acceptance", "tree_parents")
 ENGINES = ("numpy", "dask")
-#: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
-_TREE_LOOP = ("acceptance_rate", "mean_accepted_tokens")
 _SOURCE = "sweep"
-
-
-# ----------------------------------------------------------------------------------------- axes
-
-def parse_axis(name: str, spec) -> list:
-    """Values of one axis. Python: a list/tuple/range/array (or one scalar). Text (command line):
-    ``V1,V2,...``; ``START:STOP[:STEP]`` (STOP included); ``START:STOP:*F`` (geometric, ×F);
-    list-valued fields (``rank_acceptance``, ``tree_parents``) separate alternatives with ``|``."""
-    if name not in FIELD_NAMES:
-        from costmodel.errors import suggest
-        raise InputError(f"unknown field{suggest(name, FIELD_NAMES)}", source=_SOURCE, field=name,
-                         allowed=", ".join(FIELD_NAMES))
-    if isinstance(spec, str):
-        return _parse_axis_text(name, spec)
-    if isinstance(spec, (range, np.ndarray)):
-        return list(np.asarray(spec).tolist()) if isinstance(spec, np.ndarray) else list(spec)
-    if isinstance(spec, (list, tuple)):
-        if name in LIST_FIELDS and spec and not any(isinstance(v, (list, tuple, str)) for v in spec):
-            return [tuple(spec)]          # one list value, not several alternatives
-        return list(spec)
-    return [spec]
-
-
-def _parse_axis_text(name: str, text: str) -> list:
-    s = text.strip()
-    if name in LIST_FIELDS:
-        return [p.strip() for p in s.split("|")]
-    if "," in s:
-        return [p.strip() for p in s.split(",")]
-    if s.count(":") in (1, 2):
-        parts = s.split(":")
-        try:
-            start, stop = float(parts[0]), float(parts[1])
-        except ValueError:
-            return [s]
-        step_txt = parts[2].strip() if len(parts) == 3 else "1"
-        geometric = step_txt.startswith(("*", "x"))
-        try:
-            step = float(step_txt[1:] if geometric else step_txt)
-        except ValueError:
-            raise InputError(f"bad range step {step_txt!r}", source=_SOURCE, field=name,
-                             allowed="START:STOP, START:STOP:STEP or START:STOP:*FACTOR (STOP included)") from None
-        if geometric:
-            if step <= 1 or start <= 0:
-                raise InputError(f"bad geometric range {s!r}", source=_SOURCE, field=name,
-                                 allowed="START > 0 and FACTOR > 1, e.g. 1:1024:*2")
-            n = int(math.floor(math.log(stop / start) / math.log(step) + 1e-9)) + 1 if stop >= start else 0
-            vals = [start * step ** i for i in range(max(n, 0))]
-        else:
-            if step <= 0:
-                raise InputError(f"range step must be > 0, got {step_txt!r}", source=_SOURCE, field=name)
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1 if stop >= start else 0
-            vals = [start + step * i for i in range(max(n, 0))]
-        if not vals:
-            raise InputError(f"empty range {s!r}", source=_SOURCE, field=name, allowed="START <= STOP")
-        return [_tidy(v) for v in vals]
-    return [s]
-
-
-def _tidy(v: float):
-    """0.1·3 → 0.3 (12 significant digits); integral values as int."""
-    v = float(f"{v:.12g}")
-    return int(v) if v == int(v) and abs(v) < 2 ** 53 else v
-
-
-def grid_size(**axes) -> int:
-    """Number of rows of the grid of ``axes`` (values as for :func:`sweep`)."""
-    return int(np.prod([len(parse_axis(k, v)) for k, v in axes.items()], dtype=np.int64))
-
-
-# ----------------------------------------------------------------------------------------- plan
-
-@dataclass
-class _Axis:
-    name: str
-    raw: list                      # values as given
-    numeric: bool                  # vectorised (a NUMERIC_AXES field with only numeric values)
-    values: list = field(default_factory=list)    # parsed values (numeric) / canonical (filled later)
-    refused: dict = field(default_factory=dict)   # value index -> why (on_invalid != "error")
-
-
-@dataclass
-class _Block:
-    """One evaluate_arrays call site: the record and the grid positions it covers."""
-
-    rec: Record | None
-    index: dict                    # axis name -> fixed value index (group and loop axes)
-    vec: list                      # names of the vectorised axes (in grid order)
-    rowwise: bool = False
-    label: str = ""
-    invalid: str | None = None     # why every row of the block is invalid (on_invalid != "error")
-
-
-def _plan_axes(base: dict, axes: dict, strict: bool = True) -> list[_Axis]:
-    """The axes with their values parsed; a numeric value out of its field's range raises, or with
-    ``strict`` False is recorded in ``refused`` and stands in as another value of the axis (its rows
-    are marked invalid)."""
-    out = []
-    for name, spec in axes.items():
-        vals = parse_axis(name, spec)
-        if not vals:
-            raise InputError("an axis needs at least one value", source=_SOURCE, field=name)
-        numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
-        ax = _Axis(name, vals, numeric)
-        if numeric:
-            conv = _as_int if name in INT_FIELDS else _as_float
-            if strict:
-                ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
-            else:
-                for i, v in enumerate(vals):
-                    try:
-                        ax.values.append(conv(name, v, _SOURCE))
-                    except InputError as exc:
-                        ax.values.append(None)
-                        ax.refused[i] = str(exc)
-                ok = [v for v in ax.values if v is not None]
-                if not ok:
-                    raise InputError(f"no valid value: {next(iter(ax.refused.values()))}", source=_SOURCE, field=name)
-                ax.values = [ok[0] if v is None else v for v in ax.values]
-        else:
-            ax.values = [None] * len(vals)
-        out.append(ax)
-    return out
-
-
-def _label(pairs) -> str:
-    return f"{_SOURCE} ({', '.join(f'{k}={_show(v)}' for k, v in pairs)})" if pairs else _SOURCE
-
-
-def _show(v):
-    if isinstance(v, (list, tuple)):
-        return ",".join(str(x) for x in v)
-    return v
-
-
-def _blocks(base: dict, axes: list[_Axis], strict: bool = True) -> list[_Block]:
-    """Parse one record per group (and per looped value), recording canonical axis values. A group
-    whose record is refused (or whose model does not split over its devices) raises, or with
-    ``strict`` False becomes an invalid block (its rows marked)."""
-    group = [a for a in axes if not a.numeric]
-    numeric = [a for a in axes if a.numeric]
-    blocks = []
-    for gidx in itertools.product(*(range(len(a.raw)) for a in group)):
-        gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
-        first = {a.name: a.values[0] for a in numeric}
-        index = dict(zip((a.name for a in group), gidx))
-        label = _label(list(gvals.items()))
-        try:
-            rec = _parse({**base, **gvals, **first}, list(gvals.items()), execs=True)
-        except InputError as exc:
-            if strict:
-                raise
-            # the first row may be the invalid one: any row of the group that parses will do (the
-            # numeric axes are arrays; their invalid rows are marked by _check_block)
-            rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
-            rec = next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
-                                                    list(gvals.items())) for r in rows)), None)
-            if rec is None:
-                blocks.append(_Block(None, index, [], label=label, invalid=str(exc)))
-                continue
-        if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
-            # a tree searched per configuration: row by row (each row re-parsed)
-            blocks.append(_Block(rec, index, [], rowwise=True, label=label))
-        else:
-            loop = [a for a in numeric if a.name in _TREE_LOOP] if rec.strategy == "tree" else []
-            vec = [a.name for a in numeric if a not in loop]
-            for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
-                lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
-                pairs = list(gvals.items()) + list(lvals.items())
-                lindex = {**index, **dict(zip((a.name for a in loop), lidx))}
-                try:
-                    r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
-                except InputError as exc:
-                    if strict:
-                        raise
-                    blocks.append(_Block(None, lindex, [], label=_label(pairs), invalid=str(exc)))
-                    continue
-                blocks.append(_Block(r, lindex, vec, label=_label(pairs)))
-        for a, i in zip(group, gidx):
-            if a.values[i] is None:
-                a.values[i] = _canonical(getattr(rec, a.name))
-    for a in group:                 # values only invalid groups had: as given
-        a.values = [_canonical(r) if v is None else v for v, r in zip(a.values, a.raw)]
-    return blocks
-
-
-def _parse_or_none(d: dict, pairs):
-    try:
-        return _parse(d, pairs, execs=True)
-    except InputError:
-        return None
-
-
-def _parse(d: dict, pairs, execs: bool = False) -> Record:
-    """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
-    not split over the devices is refused here, before anything is evaluated)."""
-    try:
-        rec = parse_record(d, source=_label(pairs))
-    except InputError:
-        raise
-    except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
-        raise InputError(str(exc), source=_label(pairs)) from None
-    if execs:
-        from costmodel.engine.evaluate import _execs
-        try:
-            _execs(rec)
-        except InputError as exc:
-            raise InputError(str(exc), source=_label(pairs)) from None
-    return rec
-
-
-def _canonical(v):
-    if isinstance(v, tuple):
-        return ",".join(_num_text(x) for x in v)
-    return v
-
-
-def _num_text(x) -> str:
-    return repr(x) if isinstance(x, float) else str(x)
-
-
-def _arrays_for(block: _Block, axes: dict, sl: dict | None = None) -> dict:
-    """The vectorised axes as arrays shaped to broadcast: axis k of len(vec) dims."""
-    vec = block.vec
-    out = {}
-    for k, name in enumerate(vec):
-        v = np.asarray(axes[name].values, dtype=float)
-        if sl and name in sl:
-            v = v[sl[name]]
-        shape = [1] * len(vec)
-        shape[k] = v.shape[0]
-        out[name] = v.reshape(shape)
-    return out
-
-
-def _check_block(block: _Block, arrays: dict, invalid=None, where=None) -> None:
-    """Vectorised form of record.py's range checks and the checks that tie numeric fields
-    together; the first offending row is re-parsed so the error is parse_record's own. With
-    ``invalid`` (an :class:`InvalidRows`) the offending rows are marked there instead (``where``:
-    the block's region of the grid)."""
-    if not arrays:
-        return
-    rec = block.rec
-    reasons = []
-
-    def _or(a, b, why=None):
-        reasons.append((b, why))
-        return b if a is None else (a | b)
-
-    def get(name):
-        if name in arrays:
-            return arrays[name]
-        v = getattr(rec, name)
-        return None if v is None else np.asarray(float(v))
-
-    bad = None
-    P, Ps = get("prompt_len"), get("shared_prefix_len")
-    if "prompt_len" in arrays or "shared_prefix_len" in arrays:
-        bad = _or(bad, Ps > P, "shared_prefix_len > prompt_len")
-    tau, alpha, g = get("mean_accepted_tokens"), get("acceptance_rate"), get("gamma")
-    if "acceptance_rate" in arrays:
-        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0), "acceptance_rate outside [0, 1)")
-    if "mean_accepted_tokens" in arrays:
-        bad = _or(bad, tau < 1.0, "mean_accepted_tokens < 1")
-    if rec.strategy == "speculative":
-        if tau is not None and ({"mean_accepted_tokens", "gamma"} & arrays.keys()):
-            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0), "mean_accepted_tokens outside [1, gamma + 1]")
-        if tau is not None and alpha is not None and ({"mean_accepted_tokens", "gamma", "acceptance_rate"}
-                                                      & arrays.keys()):
-            from costmodel.engine.acceptance import chain_tokens_per_step
-            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau,
-                      "acceptance_rate and mean_accepted_tokens disagree by more than 5%")
-    if bad is None or not np.any(bad):
-        return
-    if invalid is not None:
-        for mask, why in reasons:
-            if np.any(mask):
-                invalid.mark(where, why, mask)
-        return
-    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
-    pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
-    row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
-           for k, name in enumerate(block.vec)}
-    row = {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in row.items()}
-    d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
-    d.update(row)
-    parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
-    raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover
-
-
-# ----------------------------------------------------------------------------------------- columns
-
-def _kind(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return "b"
-    if isinstance(v, (int, np.integer)):
-        return "i"
-    if isinstance(v, (float, np.floating)):
-        return "f"
-    if isinstance(v, np.ndarray):
-        return _kind_of(v)
-    return "o"
-
-
-def _kind_of(a) -> str:
-    return {"b": "b", "i": "i", "u": "i", "f": "f"}.get(a.dtype.kind, "o")
-
-
-#: text columns that chunks deliver as int8 indices into roofline.BOUNDS (evaluate_arrays(bound_codes=True))
-CODE_KEYS = ("bound", "prefill_bound")
-#: the text of each code; -1 (a row no block wrote) reads as None
-_CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
-
-
-class _Columns:
-    """Grid-shaped output columns, allocated on first write (NaN / None where a block has no value).
-    ``CODE_KEYS`` are kept as int8 codes until :meth:`finish` turns each into text in one pass."""
-
-    def __init__(self, shape, multi: bool):
-        self.shape = tuple(shape)
-        self.n = int(np.prod(self.shape, dtype=np.int64))
-        self.multi = multi
-        self.cols: dict = {}
-        self.wheres: dict = {}
-        self.written: dict = {}
-        self.coded: set = set()
-
-    def put(self, key, where, rows, value):
-        if key in CODE_KEYS:
-            self._put_code(key, where, rows, value)
-            return
-        a = self.cols.get(key)
-        kind = _kind(value)
-        if a is None:
-            if kind == "f":
-                a = np.full(self.shape, np.nan) if self.multi else np.empty(self.shape)
-            elif kind in "bi":
-                a = np.zeros(self.shape, dtype=bool if kind == "b" else np.int64)
-            else:
-                a = np.empty(self.shape, dtype=object)      # None-filled
-            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
-        else:
-            have = _kind_of(a)
-            if have != kind and not (have == "f" and kind in "bi") and have != "o":
-                a = self._widen(key, kind)
-        a[where] = value
-        self.written[key] += rows
-        if self.multi:
-            self.wheres[key].append(where)
-
-    def _put_code(self, key, where, rows, value):
-        a = self.cols.get(key)
-        if a is None:
-            a = np.full(self.shape, -1, dtype=np.int8) if self.multi else np.empty(self.shape, dtype=np.int8)
-            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
-            self.coded.add(key)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
-            a[where] = value
-        elif isinstance(value, np.ndarray):          # text from a row-by-row block
-            a[where] = np.asarray([BOUNDS.index(v) for v in value.reshape(-1)], dtype=np.int8).reshape(value.shape)
-        else:
-            a[where] = BOUNDS.index(value)
-        self.written[key] += rows
-
-    def _widen(self, key, kind):
-        a, have = self.cols[key], _kind_of(self.cols[key])
-        if have == "i" and kind == "f":
-            new = a.astype(float)
-        else:
-            new = a.astype(object)
-        self._fill_missing(key, new)
-        self.cols[key] = new
-        return new
-
-    def _fill_missing(self, key, a):
-        if self.written[key] >= self.n or _kind_of(a) in "bi":
-            return
-        mask = np.zeros(self.shape, dtype=bool)
-        for w in self.wheres[key]:
-            mask[w] = True
-        a[~mask] = np.nan if _kind_of(a) == "f" else None
-
-    def blank(self, mask) -> None:
-        """Rows where ``mask`` holds have no outputs: NaN (bool and int columns become object and
-        float), None in text columns."""
-        for key, a in list(self.cols.items()):
-            kind = _kind_of(a)
-            if kind in "bi":
-                a = a.astype(float) if kind == "i" else a.astype(object)
-            a[mask] = np.nan if _kind_of(a) == "f" else None
-            self.cols[key] = a
-
-    def finish(self):
-        for key, a in list(self.cols.items()):
-            if key in self.coded:
-                self.cols[key] = _CODE_TEXT[a]
-                continue
-            if self.written[key] < self.n and _kind_of(a) in "bi":
-                new = a.astype(float) if _kind_of(a) == "i" else a.astype(object)
-                self._fill_missing(key, new)
-                self.cols[key] = new
 
 
 # ----------------------------------------------------------------------------------------- engine
@@ -480,9 +86,9 @@ def _plan(base: dict, axes_in: dict, on_invalid: str = "error"):
     (axes, axes by name, names, blocks, invalid rows): with ``on_invalid="error"`` the first
     invalid row raises; otherwise invalid rows are recorded in an :class:`InvalidRows`."""
     strict = on_invalid == "error"
-    axes_l = _plan_axes(base, axes_in, strict)
+    axes_l = plan_axes(base, axes_in, strict)
     axes = {a.name: a for a in axes_l}
-    blocks = _blocks(base, axes_l, strict)
+    blocks = group_blocks(base, axes_l, strict)
     names = [a.name for a in axes_l]
     invalid = InvalidRows(tuple(len(a.raw) for a in axes_l))
     for k, a in enumerate(axes_l):
@@ -501,11 +107,11 @@ def _plan(base: dict, axes_in: dict, on_invalid: str = "error"):
                         raise
                     invalid.mark(where, str(exc))
         else:
-            _check_block(b, _arrays_for(b, axes), None if strict else invalid, region)
+            check_block(b, arrays_for(b, axes), None if strict else invalid, region)
     return axes_l, axes, names, blocks, invalid
 
 
-def _rows(b: _Block, axes: dict, names: list):
+def _rows(b: Block, axes: dict, names: list):
     """(grid index, full record dict) of each row of a row-by-row block."""
     base_where = [b.index.get(n, slice(None)) for n in names]
     free = [n for n in names if n not in b.index]
@@ -519,7 +125,7 @@ def _rows(b: _Block, axes: dict, names: list):
         yield tuple(where), row
 
 
-def _pieces(b: _Block, axes: dict, names: list, chunk_rows: int):
+def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
     """(grid index, rows, arrays, record) of each evaluate_arrays call of a block."""
     if b.rowwise:
         for where, row in _rows(b, axes, names):
@@ -547,7 +153,7 @@ def _pieces(b: _Block, axes: dict, names: list, chunk_rows: int):
             where = list(base_where)
             for n, s in sl.items():
                 where[names.index(n)] = s
-            yield tuple(where), (stop - start) * trailing, _arrays_for(b, axes, sl), b.rec
+            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), b.rec
 
 
 def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1,
@@ -555,7 +161,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
     axes_l, axes, names, blocks, invalid = _plan(base, axes_in, on_invalid)
     shape = tuple(len(a.raw) for a in axes_l)
     total = int(np.prod(shape, dtype=np.int64))
-    cols = _Columns(shape, len(blocks) > 1)
+    cols = Columns(shape, len(blocks) > 1)
     done = 0
     bad = invalid.mask
     strict = on_invalid == "error"
@@ -640,7 +246,7 @@ def _map(fn, items, workers: int):
             yield it0, fut.result()
 
 
-def _axis_array(a: _Axis) -> np.ndarray:
+def _axis_array(a: Axis) -> np.ndarray:
     vals = a.values
     if a.numeric and a.refused:          # a refused value shows as given (NaN when not a number)
         vals = list(vals)
@@ -702,7 +308,7 @@ def _record_keys(rec: Record) -> dict:
 
 
 def _flat(d: dict) -> dict:
-    return {k: (_canonical(tuple(v)) if isinstance(v, list) else v) for k, v in d.items()
+    return {k: (canonical_value(tuple(v)) if isinstance(v, list) else v) for k, v in d.items()
             if not isinstance(v, dict)}
 
 
@@ -742,7 +348,8 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
             write_frame(df, output)
         return df
     if engine == "dask":
-        return _sweep_dask(base, axes, scheduler=scheduler, chunk_rows=int(chunk_rows or DEFAULT_CHUNK_ROWS),
+        from costmodel.analysis.sweep_dask import sweep_dask
+        return sweep_dask(base, axes, scheduler=scheduler, chunk_rows=int(chunk_rows or DEFAULT_CHUNK_ROWS),
                            output=output, progress=progress, workers=_workers(workers, 1), on_invalid=on_invalid)
     raise InputError(f"unknown engine {engine!r}", source=_SOURCE, field="engine", allowed=", ".join(ENGINES))
 
@@ -784,208 +391,3 @@ def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers
     if on_invalid == "drop" and invalid.mask is not None:
         df = df[~invalid.mask.reshape(-1)].reset_index(drop=True)
     return df
-
-
-def write_frame(df, path, append: bool = False) -> str:
-    """Write ``df`` to ``path`` (``.parquet`` with pyarrow, or ``.csv``); returns the path."""
-    p = os.fspath(path)
-    low = p.lower()
-    if low.endswith((".parquet", ".pq")):
-        _need_parquet()
-        df.to_parquet(p, index=False)
-    elif low.endswith(".csv"):
-        _write_csv(df, p, append)
-    else:
-        raise InputError("unknown output type", source=p, allowed="a path ending in .csv or .parquet")
-    return p
-
-
-def _write_csv(df, path: str, append: bool) -> None:
-    """CSV with pyarrow's writer when installed (about 8x faster than pandas on wide frames; booleans
-    as true/false), else pandas'. Values round-trip exactly either way."""
-    try:
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-    except ImportError:
-        df.to_csv(path, index=False, mode="a" if append else "w", header=not append)
-        return
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    try:
-        opts = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-    except TypeError:                       # older pyarrow: strings quoted
-        opts = pacsv.WriteOptions(include_header=False)
-    with open(path, "ab" if append else "wb") as fh:
-        if not append:
-            fh.write((",".join(str(c) for c in df.columns) + "\n").encode())
-        pacsv.write_csv(table, fh, opts)
-
-
-def _need_parquet():
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise InputError("writing Parquet needs pyarrow, which is not installed; install it with "
-                         "pip install 'costmodel[sweep]' (or pip install pyarrow), or write .csv",
-                         source=_SOURCE, field="output") from None
-
-
-# ----------------------------------------------------------------------------------------- dask
-
-def _chunks(axes: dict, chunk_rows: int) -> list[dict]:
-    """Sub-grids of about ``chunk_rows`` rows whose concatenation is the grid in row order: the
-    leading axes fixed to one value, a range of the next axis, the trailing axes whole."""
-    names = list(axes)
-    vals = [parse_axis(n, axes[n]) for n in names]
-    lens = [len(v) for v in vals]
-    if not names:
-        return [{}]
-    j = 0
-    for j in range(len(names)):
-        if int(np.prod(lens[j + 1:], dtype=np.int64)) <= chunk_rows:
-            break
-    per = max(1, chunk_rows // int(np.prod(lens[j + 1:], dtype=np.int64)))
-    out = []
-    for prefix in itertools.product(*(range(n) for n in lens[:j])):
-        for start in range(0, lens[j], per):
-            sub = {}
-            for n, v, i in zip(names[:j], vals[:j], prefix):
-                sub[n] = [v[i]]
-            sub[names[j]] = vals[j][start:start + per]
-            for n, v in zip(names[j + 1:], vals[j + 1:]):
-                sub[n] = v
-            out.append(sub)
-    return out
-
-
-def _schema(base: dict, axes: dict, on_invalid: str = "error", nullable_bool: bool = False) -> tuple[list, dict]:
-    """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema). A bool
-    column that some rows lack is ``object`` (True / False / None), or with ``nullable_bool``
-    pandas' ``boolean``."""
-    axes_l, axes_d, names, blocks, invalid = _plan(base, axes, on_invalid)
-    blocks = [b for b in blocks if b.invalid is None]
-    cols: list = list(names)
-    kinds: dict = {n: _kind_of(_axis_array(a)) for n, a in zip(names, axes_l)}
-    seen: dict = {}
-    for b in blocks:
-        if b.rowwise:
-            rows = (row for where, row in _rows(b, axes_d, names) if invalid.mask is None or not invalid.mask[where])
-            row = next(rows, None)
-            if row is None:
-                continue
-            keys = _flat(evaluate(row))
-        else:
-            keys = _record_keys(b.rec)
-        for k, v in keys.items():
-            if k in axes_d:
-                continue
-            if k not in kinds:
-                cols.append(k)
-                kinds[k] = _kind(v)
-            elif kinds[k] != _kind(v):
-                kinds[k] = "f" if {kinds[k], _kind(v)} <= {"i", "f"} else "o"
-            seen[k] = seen.get(k, 0) + 1
-    for k, c in seen.items():
-        if (c < len(blocks) or on_invalid != "error") and kinds[k] in "bi":
-            kinds[k] = "f" if kinds[k] == "i" else ("n" if nullable_bool else "o")   # NaN / None where no value
-    if on_invalid == "mark":
-        cols.append(REASON_COLUMN)
-        kinds[REASON_COLUMN] = "o"
-    dtypes = {k: {"f": "float64", "i": "int64", "b": "bool", "o": "object", "n": "boolean"}[kinds[k]] for k in cols}
-    return cols, dtypes
-
-
-def _dask_task(base: dict, sub_axes: dict, workers: int, columns: list, dtypes: dict, part_path,
-               on_invalid: str = "error"):
-    """One chunk on a worker: the in-process sweep, conformed to the schema; written to
-    ``part_path`` (returns the row count) or returned."""
-    df = _sweep_local(base, sub_axes, CHUNK_ROWS, None, workers, on_invalid)
-    df = df.reindex(columns=columns).astype(dtypes, copy=False)
-    if part_path is None:
-        return df
-    df.to_parquet(part_path, index=False)
-    return len(df)
-
-
-def _prepare_parts_dir(out: str, n: int) -> list:
-    """Create the Parquet directory (a local path, or an fsspec URL such as s3://bucket/grid.parquet),
-    remove parts of an earlier run, and return the n part paths (absolute, as workers see them)."""
-    if "://" in out:
-        from fsspec.core import url_to_fs
-        fs, root = url_to_fs(out)
-        fs.makedirs(root, exist_ok=True)
-        for f in fs.ls(root, detail=False):
-            name = f.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith("part.") and name.endswith(".parquet"):
-                fs.rm(f)
-        return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):                     # parts of an earlier run would mix in
-        if f.startswith("part.") and f.endswith(".parquet"):
-            os.remove(os.path.join(out, f))
-    return [os.path.join(os.path.abspath(out), f"part.{i:05d}.parquet") for i in range(n)]
-
-
-def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progress, workers: int = 1,
-                on_invalid: str = "error"):
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise InputError("engine='dask' needs dask.distributed, which is not installed; install it with "
-                         "pip install 'costmodel[dask]' (or pip install 'dask[distributed]' pyarrow)",
-                         source=_SOURCE, field="engine") from None
-    import pandas as pd
-
-    columns, dtypes = _schema(base, axes, on_invalid)         # validates the whole grid here, before any task
-    chunks = _chunks(axes, chunk_rows)
-    sizes = [int(np.prod([len(parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
-    total = sum(sizes)
-    out = None if output is None else os.fspath(output)
-    to_csv = out is not None and out.lower().endswith(".csv")
-    parts = None
-    if out is not None and not to_csv:
-        _need_parquet()
-        parts = _prepare_parts_dir(out, len(chunks))
-
-    cluster = client = None
-    if isinstance(scheduler, Client):
-        client = scheduler
-    elif scheduler is None:
-        cluster = LocalCluster(processes=True, threads_per_worker=1, dashboard_address=None)
-        client = Client(cluster)
-    else:
-        try:
-            client = Client(scheduler)
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise InputError(f"cannot reach the Dask scheduler: {exc}", source=_SOURCE, field="scheduler",
-                             value=str(scheduler),
-                             allowed="the address a running 'dask scheduler' prints, e.g. tcp://10.0.0.5:8786, "
-                                     "or None for a local cluster") from None
-    try:
-        futures = [client.submit(_dask_task, base, c, workers, columns, dtypes,
-                                 None if parts is None else parts[i], on_invalid, pure=False)
-                   for i, c in enumerate(chunks)]
-        index = {f.key: i for i, f in enumerate(futures)}
-        if progress is not None and not to_csv:
-            done = 0
-            for f in as_completed(futures):
-                done += sizes[index[f.key]]
-                progress(done, total)
-        if parts is not None:
-            client.gather(futures)
-            return out
-        if to_csv:
-            done = 0
-            for i, f in enumerate(futures):       # in row order, one chunk in memory at a time
-                write_frame(f.result(), out, append=i > 0)
-                f.release()
-                done += sizes[i]
-                if progress is not None:
-                    progress(done, total)
-            return out
-        frames = client.gather(futures)
-        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    finally:
-        if client is not scheduler:
-            client.close()
-        if cluster is not None:
-            cluster.close()

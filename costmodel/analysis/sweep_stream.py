@@ -1,13 +1,13 @@
 """A sweep written to a file chunk by chunk: memory bounded by one chunk, whatever the grid's size.
 
 The grid is cut into sub-grids of about ``chunk_rows`` rows that are contiguous in row order
-(:func:`costmodel.analysis.sweep._chunks`, as for Dask tasks); each is evaluated in process
+(:func:`costmodel.analysis.sweep_dask.grid_chunks`, as for Dask tasks); each is evaluated in process
 (forked workers included), conformed to one schema for the whole grid and appended to the file:
 
 * Parquet through one ``pyarrow.parquet.ParquetWriter`` (one row group per chunk); text columns
   are dictionary-encoded (``dictionary<int32, string>``: read back as pandas categories), a bool
   column that some rows lack is a nullable bool;
-* CSV appended chunk by chunk (:func:`costmodel.analysis.sweep.write_frame`).
+* CSV appended chunk by chunk (:func:`costmodel.analysis.sweep_output.write_frame`).
 
 The file holds the rows :func:`costmodel.analysis.sweep.sweep` returns, in the same order.
 """
@@ -31,6 +31,8 @@ def stream_sweep(base: dict, axes: dict, path, *, chunk_rows: int | None = None,
     """Evaluate the grid into ``path`` (``.parquet`` or ``.csv``) one chunk at a time. Returns
     ``{"rows": rows written, "columns": column count, "invalid": invalid rows (marked or dropped)}``."""
     from costmodel.analysis import sweep as sw
+    from costmodel.analysis.sweep_dask import grid_chunks, schema
+    from costmodel.analysis.sweep_output import need_parquet, write_frame
 
     on_invalid = check_on_invalid(on_invalid)
     p = os.fspath(path)
@@ -39,9 +41,9 @@ def stream_sweep(base: dict, axes: dict, path, *, chunk_rows: int | None = None,
     if not parquet and not low.endswith(".csv"):
         raise InputError("unknown output type", source=p, allowed="a path ending in .csv or .parquet")
     if parquet:
-        sw._need_parquet()
-    columns, dtypes = sw._schema(base, axes, on_invalid, nullable_bool=parquet)   # validates the grid
-    chunks = sw._chunks(axes, int(chunk_rows or STREAM_ROWS))
+        need_parquet()
+    columns, dtypes = schema(base, axes, on_invalid, nullable_bool=parquet)   # validates the grid
+    chunks = grid_chunks(axes, int(chunk_rows or STREAM_ROWS))
     sizes = [int(np.prod([len(sw.parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
     total, done, written, invalid = sum(sizes), 0, 0, 0
     n_workers = sw._workers(workers)
@@ -63,7 +65,7 @@ def stream_sweep(base: dict, axes: dict, path, *, chunk_rows: int | None = None,
                 writer.write_table(table)
                 del table
             else:
-                sw.write_frame(df, p, append=i > 0)
+                write_frame(df, p, append=i > 0)
             written += len(df)
             del df
             done += size

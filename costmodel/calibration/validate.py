@@ -249,7 +249,7 @@ def summarize(results: list[dict]) -> dict:
         s[f"by_{key}"] = {k: stats(v) for k, v in sorted(groups.items())}
     cat = [r for r in results if r["rel_error"] is None]
     s["categorical"] = {"n": len(cat), "agree": sum(bool(r.get("agree")) for r in cat)}
-    from costmodel.analysis.claims import regime
+    from costmodel.analysis.claims_load import regime
     by_mr: dict = {}
     for r in num:
         by_mr.setdefault(r["metric"], {}).setdefault(regime(r.get("batch_size", 1)), []).append(r["rel_error"])

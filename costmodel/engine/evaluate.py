@@ -23,13 +23,14 @@ from costmodel.inputs import dtypes
 from costmodel.errors import InputError
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
+from costmodel.engine import memory
 from costmodel.engine.ops import Exec
 from costmodel.inputs.record import Record, parse_record
-from costmodel.fast.arrays import add
 from costmodel.inputs.runtime import load_runtime
 from costmodel.engine.strategies import STRATEGY_FUNCS
-from costmodel.engine.strategies.autoregressive import ar_step
-from costmodel.engine.strategies.common import Ctx
+from costmodel.engine.roofline import operator_rows
+from costmodel.engine.strategies.autoregressive import ar_decode_pass, ar_step
+from costmodel.engine.strategies.common import Ctx, Pass
 
 NUMERIC_AXES = ("batch_size", "prompt_len", "gen_len", "gamma", "acceptance_rate", "mean_accepted_tokens",
                 "draft_kv_budget", "n_branches", "shared_prefix_len")
@@ -107,23 +108,52 @@ def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
                n_branches=get("n_branches"), shared_prefix_len=get("shared_prefix_len"))
 
 
+def _outcome(rec: Record, arrays: dict | None = None):
+    """(Ctx, Outcome) of the record's strategy."""
+    ex, draft = _execs(rec)
+    ctx = make_ctx(rec, ex, arrays)
+    func = STRATEGY_FUNCS[rec.strategy]
+    return ctx, (func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft))
+
+
+def baseline_batch(ctx: Ctx):
+    """Sequences of the autoregressive baseline: the B·n branches of a shared-prefix record decoded
+    independently, else the record's batch."""
+    return ctx.B * ctx.n_branches if ctx.rec.strategy == "shared_prefix" else ctx.B
+
+
+def evaluate_passes(record) -> dict:
+    """The passes :func:`evaluate` priced for ``record`` (mapping or :class:`Record`), by name, each a
+    :class:`~costmodel.engine.strategies.common.Pass` (Cost with per-operator rows, and the Exec that
+    ran it): ``prefill`` (the target's prompt processing, chunked as the runtime chunks it, per-step
+    overhead included), ``draft_prefill`` (a draft model's), ``decode`` (the one pass of an
+    autoregressive or shared-prefix step), ``draft`` (all draft passes of one step: γ chain passes, or
+    one per tree level), ``verify``, and ``ar_decode`` (the autoregressive baseline's pass behind
+    ``speedup_vs_ar``). Step overheads and draft-link transfers are not passes."""
+    rec = record if isinstance(record, Record) else parse_record(record)
+    with operator_rows(True):
+        ctx, out = _outcome(rec)
+        passes = dict(out.passes)
+        if rec.strategy != "autoregressive":
+            passes["ar_decode"] = Pass(ar_decode_pass(ctx, B=baseline_batch(ctx)), ctx.ex)
+        else:
+            passes["ar_decode"] = passes["decode"]
+    return passes
+
+
 def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool = True,
                     bound_codes: bool = False) -> dict:
     """Vectorised core: ``rec`` fixes the model, hardware and strategy; ``arrays`` maps any of
     NUMERIC_AXES to numpy arrays that broadcast together. Returns a dict of arrays. With
     ``bound_codes`` the ``bound`` and ``prefill_bound`` arrays hold int8 indices into
     ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column)."""
-    ex, draft = _execs(rec)
-    ctx = make_ctx(rec, ex, arrays)
-    func = STRATEGY_FUNCS[rec.strategy]
-    out = func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft)
+    ctx, out = _outcome(rec, arrays)
     res = finalize(ctx, out, bound_codes)
     if rec.strategy == "autoregressive":
         res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
     elif with_baseline:
-        B = ctx.B * ctx.n_branches if rec.strategy == "shared_prefix" else ctx.B
         # only the baseline's step is needed: tokens_per_s_per_seq of AR decoding is 1 / step time
-        base_lat = ar_step(ctx, B=B).time_s
+        base_lat = ar_step(ctx, B=baseline_batch(ctx)).time_s
         shape = np.broadcast_shapes(np.shape(base_lat), np.shape(res["step_latency_s"]))
         res["speedup_vs_ar"] = res["tokens_per_s_per_seq"] / (1.0 / base_lat)
         res["ar_step_latency_s"] = np.broadcast_to(base_lat, shape)
@@ -137,25 +167,16 @@ def _bc(a, shape):
     return np.broadcast_to(a, shape)
 
 
-def _sum_all(values):
-    """sum(values) (starting at 0), each addition through _roofline_fast._sum: the same elements,
-    without full-size passes over broadcast operands."""
-    total = np.asarray(0.0)                 # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
-    for v in values:
-        total = add(total, v)
-    return total
-
-
 def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
-    ex = ctx.ex
+    ex, fp = ctx.ex, out.memory
     step = out.step
     lat = step.time_s
     # the broadcast shape of every input array (an output may vary along an axis the step time
     # does not, e.g. tokens per step along acceptance_rate)
     shape = np.broadcast_shapes(np.shape(lat), np.shape(out.tokens_per_step), np.shape(out.n_seqs),
-                                np.shape(ctx.G), np.shape(out.prefill.time_s), np.shape(out.kv_total_bytes),
-                                *(np.shape(v) for v in out.memory.values()),
-                                *(np.shape(v) for v in (out.other_device_memory or {}).values()),
+                                np.shape(ctx.G), np.shape(out.prefill.time_s), np.shape(fp.kv_total_bytes),
+                                *(np.shape(v) for v in fp.device.values()),
+                                *(np.shape(v) for v in (fp.other_device or {}).values()),
                                 *(np.shape(v) for v in out.extras.values() if not isinstance(v, list)))
     if np.shape(lat) != shape:
         lat = _bc(lat, shape)
@@ -165,11 +186,9 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
     tps = _bc(tps_c, shape)
     seqs_c = np.asarray(out.n_seqs, dtype=float)
     seqs = _bc(seqs_c, shape)
-    mem_t = {k: _bc(np.asarray(v, dtype=float), shape) for k, v in out.memory.items()}
-    peak = _sum_all(mem_t.values())
-    if out.other_device_memory:
-        other = sum(_bc(np.asarray(v, dtype=float), shape) for v in out.other_device_memory.values())
-        peak = np.maximum(peak, other)
+    mem_t = {k: _bc(np.asarray(v, dtype=float), shape) for k, v in fp.device.items()}
+    other = fp.other_device and {k: _bc(np.asarray(v, dtype=float), shape) for k, v in fp.other_device.items()}
+    peak = memory.peak_device_bytes(mem_t, other)
     ttft = out.prefill.time_s
     seq_tokens = seqs_c * tps_c          # tokens per step over all sequences (unbroadcast; used thrice)
     res = {
@@ -183,8 +202,8 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
         "e2e_latency_s": ttft + (ctx.G - 1.0) / tps_c * lat,   # G, τ unbroadcast: same values
         "peak_device_memory_bytes": peak,
         "usable_memory_bytes": _bc(ex.hw.usable_bytes, shape),
-        "weights_bytes": _bc(np.asarray(out.weights_total_bytes, dtype=float), shape),
-        "kv_cache_bytes": np.asarray(_bc(out.kv_total_bytes, shape), dtype=float),
+        "weights_bytes": _bc(np.asarray(fp.weights_total_bytes, dtype=float), shape),
+        "kv_cache_bytes": np.asarray(_bc(fp.kv_total_bytes, shape), dtype=float),
         "kv_bytes_per_token": _bc(ex.model.kv_bytes_per_token(ex.kv_elem_bytes), shape),
         "flops_per_step": step.flops,
         "hbm_bytes_per_step": step.hbm_bytes,

@@ -1,21 +1,105 @@
-"""Memory footprint on the most loaded device, and whether it fits.
+"""Memory: what the most loaded device holds, whether it fits, and the totals over all devices.
 
-    peak = weights/(tp·pp) + KV tokens stored · KV bytes per token per device
-           + transient activations (largest pass) + unfused attention scores + runtime overhead
+A strategy says what it stores (KV tokens of the target and of the draft, the passes it runs, where
+the draft sits); this module turns that into bytes. Per device of a tensor-parallel group of ``tp``
+and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
 
-KV bytes per token per device = 2 · layers/pp · ceil(kv_heads/tp) · head_dim · bytes.
-Activations of a pass of T tokens: T·(2·d + (q + 2·kv)/tp + q/tp + 3·d_ff/tp)·act_bytes plus fp32
-logits for the tokens that need them (MoE: 3·k·d_ff for the k experts a token runs); unfused attention keeps one layer's fp32 score matrix.
+    target weights   = (whole-model weights + replicated K/V projections) / (tp·pp)   weights_device_bytes
+    KV bytes/token   = 2 · layers/pp · ceil(kv_heads/tp) · head_dim · kv_bytes          kv_bytes_per_token_device
+    target KV        = KV tokens stored · KV bytes/token                                  kv_bytes
+    tree scratch     = B · q · KV bytes/token (q = tree nodes + root: the verified slots) tree_scratch_bytes
+    draft weights    = a draft model's own weights/device; 0 for ``self`` (the target's weights);
+                       a head's parameters · bytes per weight (Medusa split over tp)       draft_breakdown
+    draft KV         = the draft's KV tokens · its KV bytes/token                         draft_breakdown
+    activations      = the largest pass of T tokens, L of them needing logits (k experts per token):
+                       T·(2·d + (q + 2·kv)/tp + q/tp + 3·k·d_ff/tp)·act_bytes + L·vocab/tp·4 activation_bytes
+    attention scores = an unfused kernel's fp32 scores of one layer: 4 · heads/tp · score pairs
+                       (0 with a fused kernel)                                             score_bytes
+    runtime overhead = Runtime.memory_overhead_bytes (CUDA context, workspaces, pools)
+
+    peak = Σ of the target device's parts, or the draft device's Σ when a separate draft device
+           holds more (draft weights, draft KV, [activations,] runtime overhead)       peak_device_bytes
+    fits = peak ≤ the device's usable bytes
+
+Totals over all devices: weights = whole-model weights + draft weights (weights_total_bytes);
+KV cache = (target KV + tree scratch) · tp·pp + draft KV (:func:`footprint`).
+A runtime that chunks prefill (``prefill_chunk_tokens`` = C) never runs more than C tokens in a pass,
+so activations and scores are those of a C-token slice (:func:`target_breakdown`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from costmodel.engine.ops import Exec
+from costmodel.fast.arrays import add
 
 
+# --------------------------------------------------------------------------- weights
+def weights_total_bytes(ex: Exec) -> float:
+    """Weights of the whole model (all devices, no TP replication): decoder matrices in the quantised
+    format (scale bytes per matrix at its own d_in), norms in the activation dtype when quantised,
+    token embedding and (untied) LM head in their own formats (``Exec.embedding_w_bytes``,
+    ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes."""
+    m = ex.model
+    if not ex.quantised:
+        return m.n_params * ex.w_bytes
+    d, ff = m.d_model, m.n_experts * m.expert_params
+    down = m.n_experts * m.d_model * m.d_ff           # the FFN's down projection has d_in = d_ff
+    router = m.d_model * m.n_experts if m.n_experts > 1 else 0
+    layer = ((m.attn_params_per_layer - m.q_dim * d + router) * ex.w_bytes_for(d)
+             + m.q_dim * d * ex.w_bytes_for(m.q_dim)
+             + (ff - down) * ex.w_bytes_for(d) + down * ex.w_bytes_for(m.d_ff)
+             + 2 * d * ex.act_bytes)
+    head = 0.0 if m.tied_embeddings else m.lm_head_params * ex.lm_head_w_bytes
+    return m.n_layers * layer + m.embedding_params * ex.embedding_w_bytes + head + d * ex.act_bytes
+
+
+def weights_device_bytes(ex: Exec) -> float:
+    """Weights resident on one device: (all parameters + replicated K/V projections) / (tp·pp).
+
+    When kv_heads < tp each device keeps ceil(kv/tp) KV heads, so the group holds
+    (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise).
+    Bytes per tensor as in :func:`weights_total_bytes`.
+    """
+    m = ex.model
+    extra = (ex.kv_heads_per_device * ex.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
+    return (weights_total_bytes(ex) + extra * ex.w_bytes) / (ex.tp * ex.pp)
+
+
+def active_weights_bytes_device(ex: Exec) -> float:
+    """Weights one token multiplies through, per tensor-parallel rank over all pipeline stages (the
+    least a decoding step must read): ((active parameters − LM head) · w_bytes + LM head ·
+    lm_head_w_bytes) / tp — MoE: the token's k experts and the router; no embedding (a gather)."""
+    m = ex.model
+    n_act = float(m.active_params_per_token)
+    return ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
+
+
+# --------------------------------------------------------------------------- KV cache
+def kv_bytes_per_token_device(ex: Exec) -> float:
+    """K and V of one token on one device: the layers of its pipeline stage (layers/pp), its KV heads
+    (``Exec.kv_bytes_per_token_layer`` = 2·ceil(kv_heads/tp)·head_dim·kv_bytes per layer)."""
+    return ex.kv_bytes_per_token_layer * ex.model.n_layers / ex.pp
+
+
+def kv_bytes(ex: Exec, tokens) -> np.ndarray:
+    """KV cache of ``tokens`` stored tokens (summed over the batch) on one device."""
+    return np.asarray(tokens, dtype=float) * kv_bytes_per_token_device(ex)
+
+
+def tree_scratch_bytes(ex: Exec, B, q) -> np.ndarray:
+    """KV slots of a tree step's q verified tokens (nodes + root) for each of B sequences: B·q tokens."""
+    return kv_bytes(ex, np.asarray(B, dtype=float) * q)
+
+
+# --------------------------------------------------------------------------- transient buffers
 def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
+    """Transient activations of a pass of ``tokens`` tokens, ``lm_tokens`` of them needing logits:
+    T·(2·d + (q + 2·kv)/tp + q/tp + 3·k·d_ff/tp)·act_bytes + lm_tokens·vocab/tp·4 (fp32 logits), k the
+    experts each token runs (MoE: each holds its own gate/up/activation; 1 for a dense FFN)."""
     m, tp = ex.model, ex.tp
     t = np.asarray(tokens, dtype=float)
     # MoE: each token runs its experts_per_token experts, each holding its own gate/up/activation
@@ -25,8 +109,99 @@ def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
 
 
 def score_bytes(ex: Exec, pairs) -> np.ndarray:
-    """One layer's materialised fp32 attention scores (0 with a fused kernel)."""
+    """One layer's materialised fp32 attention scores, 4·heads/tp·pairs (0 with a fused kernel)."""
     if ex.rt.fused_attention:
         return np.float64(0.0)
     return 4.0 * ex.heads_per_device * np.asarray(pairs, dtype=float)
 
+
+def prefill_footprint(ex: Exec, B, P) -> tuple:
+    """(tokens, lm_tokens, score pairs) of the prefill for :func:`target_breakdown`: B·P tokens,
+    logits for the B last tokens, and B·P² score pairs per layer (the full block an unfused kernel
+    stores; none with a fused kernel)."""
+    B = np.asarray(B, dtype=float)
+    P = np.maximum(P, 1.0)
+    return B * P, B, (0.0 if ex.rt.fused_attention else B * (P * P))
+
+
+def _largest(values) -> np.ndarray:
+    """Elementwise maximum of arrays that broadcast together (each kept in its own shape)."""
+    out = np.asarray(values[0], dtype=float)
+    for v in values[1:]:
+        out = np.maximum(out, np.asarray(v, dtype=float))
+    return out
+
+
+# --------------------------------------------------------------------------- breakdowns
+def target_breakdown(ex: Exec, kv_tokens, passes: list) -> dict:
+    """The target device's parts: ``target_weights``, ``target_kv`` (``kv_tokens`` stored),
+    ``activations`` and ``attention_scores`` of the largest of ``passes`` ((tokens, lm_tokens, score
+    pairs) of each pass the strategy runs), ``runtime_overhead``. With chunked prefill a pass holds
+    at most C = ``prefill_chunk_tokens`` tokens (score pairs scaled by C/tokens)."""
+    chunk = ex.rt.prefill_chunk_tokens
+    if chunk is not None:      # the scheduler never runs more than `chunk` tokens in one pass
+        passes = [(np.minimum(t, chunk), np.minimum(lm, chunk), pr * np.minimum(1.0, chunk / np.maximum(t, 1.0)))
+                  for t, lm, pr in passes]
+    acts = [activation_bytes(ex, t, lm) for t, lm, _ in passes]
+    scores = [score_bytes(ex, pr) for _, _, pr in passes]
+    return {
+        "target_weights": np.asarray(weights_device_bytes(ex)),
+        "target_kv": kv_bytes(ex, kv_tokens),
+        "activations": _largest(acts),
+        "attention_scores": _largest(scores),
+        "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),
+    }
+
+
+def draft_breakdown(weights_bytes=0.0, kv_ex: Exec | None = None, kv_tokens=0.0) -> dict:
+    """The draft's parts: ``draft_weights`` (a draft model's :func:`weights_device_bytes`, a head's
+    parameters · bytes, 0 for ``self`` and ``none``) and ``draft_kv`` = ``kv_tokens`` ·
+    :func:`kv_bytes_per_token_device` of ``kv_ex`` (the Exec whose KV the draft keeps; None: no KV)."""
+    return {"draft_weights": np.asarray(weights_bytes),
+            "draft_kv": np.asarray(0.0) if kv_ex is None else kv_bytes(kv_ex, kv_tokens)}
+
+
+@dataclass
+class Footprint:
+    """Memory of one strategy: the target device's parts, a separate draft device's parts (or None),
+    and the totals over all devices."""
+
+    device: dict                   # part -> bytes on the target's most loaded device
+    other_device: dict | None      # part -> bytes on a separate draft device
+    kv_total_bytes: object         # KV over all devices (target + tree scratch + draft)
+    weights_total_bytes: object    # weights over all devices (target + draft)
+
+
+def footprint(ex: Exec, target: dict, draft: dict | None = None, *, separate: bool = False,
+              draft_activations=None) -> Footprint:
+    """Place the parts: the draft's on the target device, or (``separate``) on a device of its own that
+    also holds ``draft_activations`` (when given) and the runtime overhead. Totals:
+    KV = (target KV + tree scratch) · tp·pp + draft KV; weights = :func:`weights_total_bytes` + draft."""
+    device, other = dict(target), None
+    if draft is not None:
+        if separate:
+            other = dict(draft)
+            if draft_activations is not None:
+                other["activations"] = draft_activations
+            other["runtime_overhead"] = np.asarray(ex.rt.memory_overhead_bytes)
+        else:
+            device.update(draft)
+    kv = device["target_kv"] if "tree_scratch" not in device else device["target_kv"] + device["tree_scratch"]
+    kv_total = kv * ex.tp * ex.pp
+    w_total = weights_total_bytes(ex)
+    if draft is not None:
+        kv_total = kv_total + draft["draft_kv"]
+        w_total = w_total + draft["draft_weights"]
+    return Footprint(device, other, kv_total, w_total)
+
+
+def peak_device_bytes(device: dict, other: dict | None = None):
+    """The most loaded device: Σ of the target device's parts (each addition through
+    :func:`costmodel.fast.arrays.add`, in the parts' order), or the separate draft device's Σ when
+    larger. The parts must already share one shape."""
+    peak = np.asarray(0.0)                 # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
+    for v in device.values():
+        peak = add(peak, v)
+    if other:
+        peak = np.maximum(peak, sum(other.values()))
+    return peak

@@ -90,24 +90,6 @@ class Exec:
             return self.act_bytes
         return self.w_bytes
 
-    def weight_bytes_total(self) -> float:
-        """Weights of the whole model (all devices, no TP replication): decoder matrices in the quantised
-        format (scale bytes per matrix at its own d_in), norms in the activation dtype when quantised,
-        token embedding and (untied) LM head in their own formats (``embedding_w_bytes``,
-        ``lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes."""
-        m = self.model
-        if not self.quantised:
-            return m.n_params * self.w_bytes
-        d, ff = m.d_model, m.n_experts * m.expert_params
-        down = m.n_experts * m.d_model * m.d_ff           # the FFN's down projection has d_in = d_ff
-        router = m.d_model * m.n_experts if m.n_experts > 1 else 0
-        layer = ((m.attn_params_per_layer - m.q_dim * d + router) * self.w_bytes_for(d)
-                 + m.q_dim * d * self.w_bytes_for(m.q_dim)
-                 + (ff - down) * self.w_bytes_for(d) + down * self.w_bytes_for(m.d_ff)
-                 + 2 * d * self.act_bytes)
-        head = 0.0 if m.tied_embeddings else m.lm_head_params * self.lm_head_w_bytes
-        return m.n_layers * layer + m.embedding_params * self.embedding_w_bytes + head + d * self.act_bytes
-
     @functools.cached_property
     def kv_elem_bytes(self) -> float:
         return dtypes.kv_bytes_per_element(self.kv_dtype)
@@ -129,10 +111,6 @@ class Exec:
     def kv_bytes_per_token_layer(self) -> float:
         """K and V of one token in one layer on one device: 2·kv_heads/dev·head_dim·bytes."""
         return 2.0 * self.kv_heads_per_device * self.model.head_dim * self.kv_elem_bytes
-
-    @functools.cached_property
-    def kv_bytes_per_token_device(self) -> float:
-        return self.kv_bytes_per_token_layer * self.model.n_layers / self.pp
 
     @functools.cached_property
     def dequant_flops_per_weight(self) -> float:
@@ -170,17 +148,6 @@ class Exec:
         bw = self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
         cap = self.rt.sm_bandwidth_bytes_per_s
         return bw if cap is None else np.minimum(bw, self.hw.sm_count * cap)
-
-    def weight_bytes_device(self) -> float:
-        """Weights resident on one device: (all parameters + replicated K/V projections) / (tp·pp).
-
-        When kv_heads < tp each device keeps ceil(kv/tp) KV heads, so the group holds
-        (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise).
-        Bytes per tensor as in :meth:`weight_bytes_total`.
-        """
-        m = self.model
-        extra = (self.kv_heads_per_device * self.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
-        return (self.weight_bytes_total() + extra * self.w_bytes) / (self.tp * self.pp)
 
 
 @dataclass

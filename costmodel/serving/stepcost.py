@@ -139,16 +139,16 @@ class StepCosts:
 
     def kv_bytes_per_token(self) -> float:
         """KV bytes per token on the most loaded device (target shard + a same-device draft)."""
-        b = self.ex.kv_bytes_per_token_device
+        b = memory.kv_bytes_per_token_device(self.ex)
         if self.draft_ex is not None and not separate_draft(self.rec):
-            b += self.draft_ex.kv_bytes_per_token_device
+            b += memory.kv_bytes_per_token_device(self.draft_ex)
         return float(b)
 
     def kv_capacity_tokens(self, max_tokens: int) -> int:
         ex = self.ex
-        weights = ex.weight_bytes_device()
+        weights = memory.weights_device_bytes(ex)
         if self.draft_ex is not None and not separate_draft(self.rec):
-            weights += self.draft_ex.weight_bytes_device()
+            weights += memory.weights_device_bytes(self.draft_ex)
         acts = float(np.ravel(memory.activation_bytes(ex, max_tokens, self.max_num_seqs * 8))[0])
         free = ex.hw.usable_bytes - weights - acts - ex.rt.memory_overhead_bytes
         cap = int(free // self.kv_bytes_per_token())

@@ -14,11 +14,11 @@ def _short(v, metric=None, width=40):
 
 
 def _fmt(x, metric=None):
-    from costmodel.analysis.claims import _unit
+    from costmodel.analysis.claims_model import unit_of
     if isinstance(x, bool) or x is None:
         return "" if x is None else str(x).lower()
     if isinstance(x, (int, float)):
-        unit = _unit(metric) if metric else ""
+        unit = unit_of(metric) if metric else ""
         if unit == "B":
             return f"{x / 1e9:.3g} GB"
         if unit == "s":

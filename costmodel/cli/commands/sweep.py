@@ -42,7 +42,7 @@ def register(subparsers, common):
 
 def split_words(fields: dict) -> tuple[dict, dict]:
     """(fixed fields, axes): a value with several values or a range is an axis."""
-    from costmodel.analysis.sweep import LIST_FIELDS, parse_axis
+    from costmodel.analysis.sweep_grid import LIST_FIELDS, parse_axis
     base, axes = {}, {}
     for k, v in fields.items():
         s = v.strip()

@@ -47,7 +47,7 @@ def run(args):
     out_dir = Path(args.output_dir) if args.output_dir else VALIDATION_DIR
     written = []
     if args.fit or args.report:
-        from costmodel.calibration import calibrate
+        from costmodel.calibration import calibrate, report
         if (args.fit or args.report) and not out_dir.is_dir():
             from costmodel.errors import InputError
             raise InputError("output folder not found", source=str(out_dir), field="--output-dir")
@@ -63,7 +63,7 @@ def run(args):
             in_sample = validate(ms, runtimes=calibrate.runtimes_from_fit(loso["full_fit"]))
             other = calibrate.leave_one_source_out(ms, by="group" if by == "publication" else "publication")
             ablation = calibrate.ablate(ms, by=by)
-            written += calibrate.write_report(loso, ms, out_dir, in_sample=in_sample, other=other, files=files,
+            written += report.write_report(loso, ms, out_dir, in_sample=in_sample, other=other, files=files,
                                               date=date, ablation=ablation)
         result = {"rows": rows, "summary": summary, "fit": {r: e["params"] for r, e in loso["full_fit"].items()},
                   "written": written}

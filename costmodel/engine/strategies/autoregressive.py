@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.engine import memory
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
-    with_step_overhead
+from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, with_step_overhead
 
 
-def ar_step(ctx: Ctx, B=None, P=None):
-    """The decoding step's Cost alone (evaluate's baseline for speedup_vs_ar needs nothing else)."""
+def ar_decode_pass(ctx: Ctx, B=None, P=None):
+    """The decoding pass: B sequences × 1 token over the mean context L = P + G/2."""
     B = ctx.B if B is None else np.asarray(B, dtype=float)
     P = ctx.P if P is None else np.asarray(P, dtype=float)
     L = P + ctx.G / 2.0
-    return with_step_overhead(pass_cost(decode_shape(B, 1.0, L), ctx.ex), ctx.ex)
+    return pass_cost(decode_shape(B, 1.0, L), ctx.ex)
+
+
+def ar_step(ctx: Ctx, B=None, P=None):
+    """The decoding step's Cost alone (evaluate's baseline for speedup_vs_ar needs nothing else):
+    :func:`ar_decode_pass` plus the runtime's per-step overhead."""
+    return with_step_overhead(ar_decode_pass(ctx, B, P), ctx.ex)
 
 
 def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
@@ -23,10 +29,11 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     B = ctx.B if B is None else np.asarray(B, dtype=float)
     P = ctx.P if P is None else np.asarray(P, dtype=float)
     L = P + ctx.G / 2.0
-    step = ar_step(ctx, B, P)
-    mem = target_memory(ex, B * (P + ctx.G), [prefill_memory_pass(ctx, B, P),
-                                             (B, B, B * (L + 1))])
+    decode = ar_decode_pass(ctx, B, P)
+    step = with_step_overhead(decode, ex)
+    target = memory.target_breakdown(ex, B * (P + ctx.G), [memory.prefill_footprint(ex, B, P),
+                                                           (B, B, B * (L + 1))])
+    prefill = prefill_cost(ctx, B, P)
     return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B,
-                   prefill=prefill_cost(ctx, B, P), memory=mem,
-                   kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp,
-                   weights_total_bytes=ex.weight_bytes_total())
+                   prefill=prefill, memory=memory.footprint(ex, target),
+                   passes={"prefill": Pass(prefill, ex), "decode": Pass(decode, ex)})

@@ -1,12 +1,13 @@
-"""What every strategy shares: the evaluation context, decode/prefill pass shapes, memory."""
+"""What every strategy shares: the evaluation context, its outcome, decode/prefill pass shapes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from costmodel.engine import memory
+from costmodel.engine.memory import Footprint
 from costmodel.engine.ops import Exec, PassShape
 from costmodel.inputs.record import Record
 from costmodel.engine.roofline import Cost, overhead_cost
@@ -40,17 +41,24 @@ class Ctx:
         return self.P + self.G
 
 
+class Pass(NamedTuple):
+    """One named pass (or the passes of one phase) as a strategy priced it: its Cost (time per
+    device, work summed over the group, per-operator rows) and the Exec that ran it (model, devices)."""
+
+    cost: Cost
+    ex: Exec
+
+
 @dataclass
 class Outcome:
     step: Cost                      # one decoding step (all its passes), per-step overhead included
     tokens_per_step: np.ndarray     # tokens gained per sequence per step
     n_seqs: np.ndarray              # sequences decoding together
     prefill: Cost
-    memory: dict                    # breakdown on the target's most loaded device (bytes)
-    other_device_memory: dict | None = None   # a separate draft device's breakdown
-    kv_total_bytes: np.ndarray = 0.0          # KV over all devices (target + draft)
-    weights_total_bytes: float = 0.0          # weights over all devices
+    memory: Footprint               # per-device breakdown and totals (costmodel.engine.memory)
     extras: dict = field(default_factory=dict)
+    #: the passes priced, by name: 'prefill', 'draft_prefill', 'decode', 'draft', 'verify' (Pass)
+    passes: dict = field(default_factory=dict)
 
 
 def decode_shape(B, q, L, extra_ops=None) -> PassShape:
@@ -91,42 +99,8 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
     return with_step_overhead(pass_cost(per, ctx.ex).scale(n), ctx.ex)
 
 
-def target_memory(ex: Exec, kv_tokens, passes: list) -> dict:
-    """Breakdown on one target device. ``passes``: (tokens, lm_tokens, pairs) of each pass run."""
-    chunk = ex.rt.prefill_chunk_tokens
-    if chunk is not None:      # the scheduler never runs more than `chunk` tokens in one pass
-        passes = [(np.minimum(t, chunk), np.minimum(lm, chunk), pr * np.minimum(1.0, chunk / np.maximum(t, 1.0)))
-                  for t, lm, pr in passes]
-    acts = [memory.activation_bytes(ex, t, lm) for t, lm, _ in passes]
-    scores = [memory.score_bytes(ex, pr) for _, _, pr in passes]
-    return {
-        "target_weights": np.asarray(ex.weight_bytes_device()),
-        "target_kv": np.asarray(kv_tokens, dtype=float) * ex.kv_bytes_per_token_device,
-        "activations": _largest(acts),
-        "attention_scores": _largest(scores),
-        "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),
-    }
-
-
-def _largest(values) -> np.ndarray:
-    """Elementwise maximum of arrays that broadcast together (each kept in its own shape)."""
-    out = np.asarray(values[0], dtype=float)
-    for v in values[1:]:
-        out = np.maximum(out, np.asarray(v, dtype=float))
-    return out
-
-
 def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
     """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
     the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
     ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
     return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
-
-
-def prefill_memory_pass(ctx: Ctx, B=None, P=None) -> tuple:
-    """(tokens, lm_tokens, pairs) of the prefill for :func:`target_memory`: B·P tokens, logits for the
-    B last tokens, and B·P² attention pairs per layer (the full block an unfused kernel stores)."""
-    B = np.asarray(ctx.B if B is None else B, dtype=float)
-    P = np.maximum(ctx.P if P is None else P, 1.0)
-    # the pairs size only an unfused kernel's score matrix (memory.score_bytes)
-    return B * P, B, (0.0 if ctx.ex.rt.fused_attention else B * (P * P))

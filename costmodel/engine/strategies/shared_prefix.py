@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel.engine import memory
 from costmodel.engine.ops import PassShape
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, prefill_memory_pass, target_memory, with_step_overhead
+from costmodel.engine.strategies.common import Ctx, Outcome, Pass, l2_hit_fraction, prefill_cost, with_step_overhead
 
 
 def prefix_len(ctx: Ctx):
@@ -47,13 +48,16 @@ def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
     ex, B, n = ctx.ex, ctx.B, ctx.n_branches
     Ps = prefix_len(ctx)
     shape = branch_shape(ctx, ctx.rec.attention_kernel)
-    step = with_step_overhead(pass_cost(shape, ex), ex)
+    decode = pass_cost(shape, ex)
+    step = with_step_overhead(decode, ex)
     U_peak = ctx.L_peak - Ps
     stored = B * (Ps + n * U_peak)
-    mem = target_memory(ex, stored, [prefill_memory_pass(ctx),
-                                      (shape.tokens, shape.lm_tokens, shape.pairs)])
-    unshared = B * n * ctx.L_peak * ex.kv_bytes_per_token_device * ex.tp * ex.pp
+    target = memory.target_breakdown(ex, stored, [memory.prefill_footprint(ex, B, ctx.P),
+                                                  (shape.tokens, shape.lm_tokens, shape.pairs)])
+    unshared = memory.kv_bytes(ex, B * n * ctx.L_peak) * ex.tp * ex.pp
     ones = np.ones_like(step.time_s)
-    return Outcome(step=step, tokens_per_step=ones, n_seqs=B * n, prefill=prefill_cost(ctx), memory=mem,
-                   kv_total_bytes=mem["target_kv"] * ex.tp * ex.pp, weights_total_bytes=ex.weight_bytes_total(),
-                   extras={"kv_cache_bytes_unshared": unshared, "shared_prefix_len": Ps})
+    prefill = prefill_cost(ctx)
+    return Outcome(step=step, tokens_per_step=ones, n_seqs=B * n, prefill=prefill,
+                   memory=memory.footprint(ex, target),
+                   extras={"kv_cache_bytes_unshared": unshared, "shared_prefix_len": Ps},
+                   passes={"prefill": Pass(prefill, ex), "decode": Pass(decode, ex)})

@@ -21,7 +21,7 @@ from costmodel.engine import memory
 from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.strategies.common import Ctx, Outcome, decode_shape, prefill_memory_pass, prefill_cost, target_memory, \
+from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, prefill_shape, \
     with_step_overhead
 
 
@@ -122,11 +122,12 @@ def combine(ctx: Ctx, draft_cost: Cost, verify: Cost, transfer: Cost, halves=Non
 
 
 def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
-    """Draft weights and KV on the device that runs it (``self`` shares the target's weights)."""
+    """Draft weights and KV (:func:`costmodel.engine.memory.draft_breakdown`) of a draft model (its
+    own weights), ``self`` (the target's weights, its own KV) or ``none`` (draft = None: nothing)."""
     if draft is None:
-        return {"draft_weights": np.asarray(0.0), "draft_kv": np.asarray(0.0)}
-    w = 0.0 if ctx.rec.draft_model == "self" else draft.weight_bytes_device()
-    return {"draft_weights": np.asarray(w), "draft_kv": np.asarray(kv_tokens, dtype=float) * draft.kv_bytes_per_token_device}
+        return memory.draft_breakdown()
+    own = 0.0 if ctx.rec.draft_model == "self" else memory.weights_device_bytes(draft)
+    return memory.draft_breakdown(own, draft, kv_tokens)
 
 
 def speculative(ctx: Ctx, draft) -> Outcome:
@@ -145,27 +146,34 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     tps = tokens_per_step(ctx, g)
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)
-    mem = target_memory(ex, kv_tokens, [prefill_memory_pass(ctx),
-                                        (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))])
+    target = memory.target_breakdown(ex, kv_tokens, [memory.prefill_footprint(ex, B, ctx.P),
+                                                     (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))])
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
-    dmem = draft_memory(ctx, draft, d_kv_tokens)
-    other = None
-    if not separate(ctx):
-        mem.update(dmem)
-    else:
-        other = dict(dmem, activations=memory.activation_bytes(draft, B, B) if draft is not None else 0.0,
-                     runtime_overhead=np.asarray(ex.rt.memory_overhead_bytes))
-    kv_total = mem["target_kv"] * ex.tp * ex.pp + dmem["draft_kv"]
-    w_total = ex.weight_bytes_total() + dmem["draft_weights"]
-    return Outcome(step=step, tokens_per_step=tps, n_seqs=B,
-                   prefill=prefill_cost(ctx) + _draft_prefill(ctx, draft), memory=mem, other_device_memory=other,
-                   kv_total_bytes=kv_total, weights_total_bytes=w_total,
-                   extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
+    own = separate(ctx)
+    fp = memory.footprint(ex, target, draft_memory(ctx, draft, d_kv_tokens), separate=own,
+                          draft_activations=memory.activation_bytes(draft, B, B) if own else None)
+    prefill, d_prefill = prefill_cost(ctx), _draft_prefill(ctx, draft)
+    return Outcome(step=step, tokens_per_step=tps, n_seqs=B, prefill=prefill + d_prefill, memory=fp,
+                   extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s},
+                   passes=named_passes(ex, prefill, verify, draft, dcost,
+                                       None if ctx.rec.draft_model == "self" else d_prefill))
+
+
+def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None = None,
+                 d_prefill: Cost | None = None) -> dict:
+    """The passes of a speculative or tree step by name (``draft`` = the draft's Exec or None;
+    ``d_prefill`` = a draft model's own prompt processing, None when the draft keeps no prompt)."""
+    passes = {"prefill": Pass(prefill, ex)}
+    if draft is not None:
+        if d_prefill is not None:
+            passes["draft_prefill"] = Pass(d_prefill, draft)
+        passes["draft"] = Pass(dcost, draft)
+    passes["verify"] = Pass(verify, ex)
+    return passes
 
 
 def _draft_prefill(ctx: Ctx, draft) -> Cost:
     """The draft model also processes the prompt (its own KV cache); ``self``/``none`` do not."""
     if draft is None or ctx.rec.draft_model == "self":
         return Cost.zero()
-    from costmodel.engine.strategies.common import prefill_shape
     return pass_cost(prefill_shape(ctx.B, ctx.P), draft)

@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from costmodel.engine import acceptance
+from costmodel.engine import acceptance, memory
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
 from costmodel.engine.ops import Exec, Op, PassShape
@@ -29,8 +29,8 @@ from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
     validate_parents
-from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_memory_pass, prefill_cost, target_memory, with_step_overhead
-from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine
+from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead
+from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
 
 def rank_vector(ctx: Ctx, depth_hint: int | None = None) -> tuple:
@@ -68,10 +68,15 @@ def eagle_extra_params(target: Model) -> float:
     return target.attn_params_per_layer + target.expert_params + 2 * target.d_model + 2 * target.d_model ** 2
 
 
+def medusa_params(target: Model, n_heads: int) -> int:
+    """Medusa head weights: per head a d×d ResBlock and a d×vocab LM head (Cai et al. 2024)."""
+    return n_heads * (target.d_model ** 2 + target.d_model * target.vocab_size)
+
+
 def medusa_ops(ex: Exec, n_heads: int, B) -> list:
-    """Medusa heads on the last accepted hidden state: per head a d×d ResBlock and a d×V LM head."""
+    """Medusa heads on the last accepted hidden state (:func:`medusa_params`, split over tp)."""
     m = ex.model
-    params = n_heads * (m.d_model ** 2 + m.d_model * m.vocab_size) / ex.tp
+    params = medusa_params(m, n_heads) / ex.tp
     t = np.asarray(B, dtype=float)
     return [Op("medusa_heads", "matrix", 1, flops=2.0 * params * t,
                hbm_bytes=params * ex.w_bytes + t * n_heads * m.vocab_size / ex.tp * 4.0, group="heads")]
@@ -170,36 +175,33 @@ def tree_step(ctx: Ctx, draft, tr):
 
 
 def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
-    ex, B, L = ctx.ex, ctx.B, ctx.L
+    ex, B = ctx.ex, ctx.B
     step, dcost, verify, vs, d_ex, kind = tree_step(ctx, draft, tr)
-    q = tr.n_nodes + 1.0
-    kv_tokens = B * (ctx.L_peak + q)
-    mem = target_memory(ex, B * ctx.L_peak, [prefill_memory_pass(ctx),
-                                             (vs.tokens, vs.lm_tokens, vs.pairs)])
-    mem["tree_scratch"] = (kv_tokens - B * ctx.L_peak) * ex.kv_bytes_per_token_device
-    if kind == "medusa":
-        m = ex.model
-        dmem = {"draft_weights": np.asarray(max(tr.depth, 1) * (m.d_model ** 2 + m.d_model * m.vocab_size)
-                                            * ex.w_bytes / ex.tp), "draft_kv": np.asarray(0.0)}
-    elif kind == "eagle":
-        dmem = {"draft_weights": np.asarray(eagle_extra_params(ex.model) * ex.w_bytes),
-                "draft_kv": B * ctx.L_peak * d_ex.kv_bytes_per_token_device}
-    else:
-        dmem = draft_memory(ctx, d_ex, B * (ctx.L_peak if ctx.draft_kv_budget is None
-                                                else np.minimum(ctx.L_peak, ctx.draft_kv_budget)))
-    other = None
-    if ctx.rec.draft_placement == "same_device" or kind in ("medusa", "none"):
-        mem.update(dmem)
-    else:
-        other = dict(dmem, runtime_overhead=np.asarray(ex.rt.memory_overhead_bytes))
-    prefill = prefill_cost(ctx) + (_draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero())
+    target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
+                                                          (vs.tokens, vs.lm_tokens, vs.pairs)])
+    target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
+    fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
+                          separate=separate(ctx))
+    target_prefill = prefill_cost(ctx)
+    d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
     return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
-                   n_seqs=B, prefill=prefill, memory=mem, other_device_memory=other,
-                   kv_total_bytes=(mem["target_kv"] + mem["tree_scratch"]) * ex.tp * ex.pp + dmem["draft_kv"],
-                   weights_total_bytes=ex.weight_bytes_total() + dmem["draft_weights"],
+                   n_seqs=B, prefill=target_prefill + d_prefill, memory=fp,
+                   passes=named_passes(ex, target_prefill, verify, d_ex, dcost, d_prefill if kind == "model" else None),
                    extras={"tree_nodes": tr.n_nodes, "tree_depth": tr.depth,
                            "tree_parents": list(tr.parents),
                            "draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
+
+
+def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree) -> dict:
+    """Draft weights and KV of a tree's draft: Medusa heads (one per level, split over tp, no KV),
+    an EAGLE head (its own layer's KV over the whole context), else :func:`draft_memory` over the
+    context or the ``draft_kv_budget``."""
+    if kind == "medusa":
+        return memory.draft_breakdown(medusa_params(ctx.ex.model, max(tr.depth, 1)) * ctx.ex.w_bytes / ctx.ex.tp)
+    if kind == "eagle":
+        return memory.draft_breakdown(eagle_extra_params(ctx.ex.model) * ctx.ex.w_bytes, d_ex, ctx.B * ctx.L_peak)
+    kv_context = ctx.L_peak if ctx.draft_kv_budget is None else np.minimum(ctx.L_peak, ctx.draft_kv_budget)
+    return draft_memory(ctx, d_ex, ctx.B * kv_context)
 
 
 def tree(ctx: Ctx, draft) -> Outcome:

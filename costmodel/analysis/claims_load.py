@@ -1,0 +1,190 @@
+"""Reading claims: the validation error band, claim files, each claim's figures
+and their values (a number, a range, an inequality, true/false or a name). Used by
+:mod:`costmodel.analysis.claims`."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from costmodel.errors import InputError
+
+HIGHER_BETTER = {"tokens_per_s", "tokens_per_s_per_seq", "tokens_per_step", "speedup_vs_ar",
+                 "arithmetic_intensity", "hardware.bandwidth_bytes_per_s", "hardware.capacity_bytes",
+                 "hardware.usable_bytes", "hardware.l2_bytes", "hardware.matrix_flops_per_s.fp16",
+                 "mean_accepted_tokens", "usable_memory_bytes"}
+PATH_FIELDS = ("model", "hardware", "runtime", "draft_model")
+
+# --------------------------------------------------------------------------- error band
+@dataclass(frozen=True)
+class ErrorBand:
+    """Validation error band: the p90 |relative error| of the metric in the claim's regime (batch-1
+    latency or batched throughput: ``regime``) when that has ≥ 5 rows, else of the metric when it has
+    ≥ 5 rows, else the overall p90."""
+
+    overall: float
+    by_metric: dict
+    source: str
+    by_metric_regime: dict = None
+
+    def for_metric(self, metric: str, batch_size=None) -> tuple[float, str]:
+        if batch_size is not None and self.by_metric_regime:
+            reg = regime(batch_size)
+            m = (self.by_metric_regime.get(metric) or {}).get(reg)
+            if m and m.get("n", 0) >= 5 and m.get("p90_abs_rel_error") is not None:
+                return float(m["p90_abs_rel_error"]), f"p90 of {m['n']} validation rows for {metric}, {reg}"
+        m = self.by_metric.get(metric)
+        if m and m.get("n", 0) >= 5 and m.get("p90_abs_rel_error") is not None:
+            return float(m["p90_abs_rel_error"]), f"p90 of {m['n']} validation rows for {metric}"
+        return self.overall, "overall validation p90"
+
+
+def regime(batch_size) -> str:
+    """``batch1_latency`` for one sequence, ``batched_throughput`` for more: the two regimes whose
+    errors differ (host and launch costs vs bandwidth and scheduling at large batch)."""
+    return "batch1_latency" if float(batch_size) <= 1 else "batched_throughput"
+
+
+def default_band_path() -> Path:
+    env = os.environ.get("COSTMODEL_ERROR_BAND")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "validation" / "error_band.yaml"
+
+
+def load_error_band(band=None) -> ErrorBand:
+    """``band``: an ErrorBand, a mapping shaped like error_band.yaml, a path, or None (the project's
+    ``validation/error_band.yaml``, or $COSTMODEL_ERROR_BAND)."""
+    if isinstance(band, ErrorBand):
+        return band
+    src = "mapping"
+    if band is None or isinstance(band, (str, os.PathLike)):
+        path = Path(band) if band is not None else default_band_path()
+        if not path.is_file():
+            raise InputError("no validation error band found: claims are judged against the model's measured "
+                             "error, so run `costmodel validate --report` first (it writes "
+                             "validation/error_band.yaml), or pass one with --band FILE", source=str(path))
+        from costmodel.inputs.specs import load_yaml
+        band, src = load_yaml(path), str(path)
+    if not isinstance(band, dict) or not isinstance(band.get("overall"), dict):
+        raise InputError("an error band needs 'overall: {n, median_abs_rel_error, p90_abs_rel_error}'",
+                         source=src, field="overall")
+    try:
+        overall = float(band["overall"]["p90_abs_rel_error"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError("must be a number", source=src, field="overall.p90_abs_rel_error") from None
+    if not (overall >= 0 and math.isfinite(overall)):
+        raise InputError(f"must be a non-negative number, got {overall}", source=src,
+                         field="overall.p90_abs_rel_error")
+    by = band.get("by_metric") or {}
+    if not isinstance(by, dict):
+        raise InputError("must be a mapping metric -> {n, p90_abs_rel_error}", source=src, field="by_metric")
+    byr = band.get("by_metric_regime") or {}
+    if not isinstance(byr, dict) or not all(isinstance(v, dict) for v in byr.values()):
+        raise InputError("must be a mapping metric -> regime -> {n, p90_abs_rel_error}", source=src,
+                         field="by_metric_regime")
+    return ErrorBand(overall=overall, by_metric={str(k): dict(v or {}) for k, v in by.items()}, source=src,
+                     by_metric_regime={str(k): {str(r): dict(x or {}) for r, x in v.items()} for k, v in byr.items()})
+
+
+# --------------------------------------------------------------------------- loading
+def load_claims(path) -> list:
+    """Claims YAML: ``claims:`` list; optional ``bases: {name: {record fields}}`` used by a claim's
+    ``base: name``. Relative model/hardware/runtime paths resolve against the file's folder."""
+    from costmodel.inputs.specs import load_yaml
+    data = load_yaml(path)
+    src = str(path)
+    if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
+        raise InputError("a claims file needs a top-level 'claims:' list", source=src, field="claims")
+    bases = data.get("bases") or {}
+    if not isinstance(bases, dict):
+        raise InputError("must be a mapping of name: {record fields}", source=src, field="bases")
+    folder = Path(path).resolve().parent
+    out = []
+    for i, c in enumerate(data["claims"]):
+        if not isinstance(c, dict):
+            raise InputError("each claim must be a mapping", source=src, field=f"claims[{i}]")
+        c = dict(c)
+        if "base" in c:
+            b = bases.get(c["base"])
+            if b is None:
+                raise InputError(f"unknown base {c['base']!r}", source=src, field=f"claims[{i}].base",
+                                 allowed=", ".join(bases) or "(no bases defined)")
+            c = {**b, **c}
+        for k in PATH_FIELDS:
+            v = c.get(k)
+            if isinstance(v, str) and ("/" in v or v.endswith((".yaml", ".yml", ".json"))) and \
+                    not os.path.isabs(v) and (folder / v).is_file():
+                c[k] = str(folder / v)
+        c.setdefault("_source", f"{src}: claims[{i}]")
+        out.append(c)
+    return out
+
+
+def claim_figures(c: dict, src: str) -> list:
+    """[(metric, value, text)] of a claim."""
+    figs = []
+    if "metric" in c:
+        if "value" not in c:
+            raise InputError("a claim with 'metric' needs a 'value'", source=src, field="value")
+        figs.append((str(c["metric"]), c["value"], None))
+    vals = c.get("values")
+    if isinstance(vals, dict):
+        figs.extend((str(k), v, None) for k, v in vals.items())
+    elif isinstance(vals, list):
+        for j, v in enumerate(vals):
+            if not isinstance(v, dict) or "metric" not in v or "value" not in v:
+                raise InputError("each entry needs metric and value", source=src, field=f"values[{j}]")
+            figs.append((str(v["metric"]), v["value"], v.get("text")))
+    elif vals is not None:
+        raise InputError("must be a mapping metric: value or a list of {metric, value}", source=src,
+                         field="values")
+    if not figs and "not_checkable" not in c:
+        raise InputError("a claim needs metric + value, or values", source=src, field="metric")
+    return figs
+
+
+# --------------------------------------------------------------------------- values
+@dataclass(frozen=True)
+class Claimed:
+    kind: str            # 'point', 'range', 'lt', 'le', 'gt', 'ge', 'bool', 'name'
+    lo: float = float("nan")
+    hi: float = float("nan")
+    name: str = ""
+    raw: object = None
+
+
+def parse_value(v, src: str, metric: str) -> Claimed:
+    if isinstance(v, bool):
+        return Claimed("bool", name=str(v).lower(), raw=v)
+    if isinstance(v, (int, float)):
+        return Claimed("point", float(v), float(v), raw=v)
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
+        lo, hi = sorted(float(x) for x in v)
+        return Claimed("range", lo, hi, raw=list(v))
+    if isinstance(v, str):
+        s = v.strip()
+        for op, kind in (("<=", "le"), (">=", "ge"), ("<", "lt"), (">", "gt")):
+            if s.startswith(op):
+                try:
+                    x = float(s[len(op):].strip())
+                except ValueError:
+                    break
+                return Claimed(kind, x, x, raw=v)
+        try:
+            x = float(s)
+            return Claimed("point", x, x, raw=v)
+        except ValueError:
+            pass
+        if s.lower() in ("true", "false"):
+            return Claimed("bool", name=s.lower(), raw=v)
+        return Claimed("name", name=s.lower().replace("-", "_"), raw=v)
+    raise InputError(f"unsupported claim value {v!r}", source=src, field=metric,
+                     allowed="a number, [low, high], '< x' / '>= x', true/false, or a name")
+
+
+def higher_is_better(metric: str) -> bool:
+    """Direction of 'better' (a + b and a / b follow a)."""
+    return metric in HIGHER_BETTER or metric.split("+")[0].split("/")[0].split("-")[0].strip() in HIGHER_BETTER

@@ -1,0 +1,120 @@
+"""The sweep's output columns: grid-shaped arrays allocated on first write, filled block by block,
+bound codes turned into text once per column. Used by :mod:`costmodel.analysis.sweep`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.engine.roofline import BOUNDS
+
+# ----------------------------------------------------------------------------------------- columns
+
+def value_kind(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "b"
+    if isinstance(v, (int, np.integer)):
+        return "i"
+    if isinstance(v, (float, np.floating)):
+        return "f"
+    if isinstance(v, np.ndarray):
+        return array_kind(v)
+    return "o"
+
+
+def array_kind(a) -> str:
+    return {"b": "b", "i": "i", "u": "i", "f": "f"}.get(a.dtype.kind, "o")
+
+
+#: text columns that chunks deliver as int8 indices into roofline.BOUNDS (evaluate_arrays(bound_codes=True))
+CODE_KEYS = ("bound", "prefill_bound")
+#: the text of each code; -1 (a row no block wrote) reads as None
+_CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
+
+
+class Columns:
+    """Grid-shaped output columns, allocated on first write (NaN / None where a block has no value).
+    ``CODE_KEYS`` are kept as int8 codes until :meth:`finish` turns each into text in one pass."""
+
+    def __init__(self, shape, multi: bool):
+        self.shape = tuple(shape)
+        self.n = int(np.prod(self.shape, dtype=np.int64))
+        self.multi = multi
+        self.cols: dict = {}
+        self.wheres: dict = {}
+        self.written: dict = {}
+        self.coded: set = set()
+
+    def put(self, key, where, rows, value):
+        if key in CODE_KEYS:
+            self._put_code(key, where, rows, value)
+            return
+        a = self.cols.get(key)
+        kind = value_kind(value)
+        if a is None:
+            if kind == "f":
+                a = np.full(self.shape, np.nan) if self.multi else np.empty(self.shape)
+            elif kind in "bi":
+                a = np.zeros(self.shape, dtype=bool if kind == "b" else np.int64)
+            else:
+                a = np.empty(self.shape, dtype=object)      # None-filled
+            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
+        else:
+            have = array_kind(a)
+            if have != kind and not (have == "f" and kind in "bi") and have != "o":
+                a = self._widen(key, kind)
+        a[where] = value
+        self.written[key] += rows
+        if self.multi:
+            self.wheres[key].append(where)
+
+    def _put_code(self, key, where, rows, value):
+        a = self.cols.get(key)
+        if a is None:
+            a = np.full(self.shape, -1, dtype=np.int8) if self.multi else np.empty(self.shape, dtype=np.int8)
+            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
+            self.coded.add(key)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            a[where] = value
+        elif isinstance(value, np.ndarray):          # text from a row-by-row block
+            a[where] = np.asarray([BOUNDS.index(v) for v in value.reshape(-1)], dtype=np.int8).reshape(value.shape)
+        else:
+            a[where] = BOUNDS.index(value)
+        self.written[key] += rows
+
+    def _widen(self, key, kind):
+        a, have = self.cols[key], array_kind(self.cols[key])
+        if have == "i" and kind == "f":
+            new = a.astype(float)
+        else:
+            new = a.astype(object)
+        self._fill_missing(key, new)
+        self.cols[key] = new
+        return new
+
+    def _fill_missing(self, key, a):
+        if self.written[key] >= self.n or array_kind(a) in "bi":
+            return
+        mask = np.zeros(self.shape, dtype=bool)
+        for w in self.wheres[key]:
+            mask[w] = True
+        a[~mask] = np.nan if array_kind(a) == "f" else None
+
+    def blank(self, mask) -> None:
+        """Rows where ``mask`` holds have no outputs: NaN (bool and int columns become object and
+        float), None in text columns."""
+        for key, a in list(self.cols.items()):
+            kind = array_kind(a)
+            if kind in "bi":
+                a = a.astype(float) if kind == "i" else a.astype(object)
+            a[mask] = np.nan if array_kind(a) == "f" else None
+            self.cols[key] = a
+
+    def finish(self):
+        for key, a in list(self.cols.items()):
+            if key in self.coded:
+                self.cols[key] = _CODE_TEXT[a]
+                continue
+            if self.written[key] < self.n and array_kind(a) in "bi":
+                new = a.astype(float) if array_kind(a) == "i" else a.astype(object)
+                self._fill_missing(key, new)
+                self.cols[key] = new

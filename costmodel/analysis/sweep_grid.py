@@ -1,0 +1,308 @@
+"""The sweep's grid: axis values parsed (lists, ranges, ``"1,8,64"``, ``"16:16000:16"``), the grid
+grouped into blocks that share every non-numeric field, each block's numeric arrays shaped to
+broadcast, and each block validated on arrays (the first offending row re-parsed so that the
+message is :func:`costmodel.inputs.record.parse_record`'s). Used by :mod:`costmodel.analysis.sweep`."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costmodel.errors import InputError
+from costmodel.engine.evaluate import NUMERIC_AXES
+from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
+
+LIST_FIELDS = ("rank_acceptance", "tree_parents")
+#: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
+TREE_LOOP = ("acceptance_rate", "mean_accepted_tokens")
+_SOURCE = "sweep"
+
+# ----------------------------------------------------------------------------------------- axes
+
+def parse_axis(name: str, spec) -> list:
+    """Values of one axis. Python: a list/tuple/range/array (or one scalar). Text (command line):
+    ``V1,V2,...``; ``START:STOP[:STEP]`` (STOP included); ``START:STOP:*F`` (geometric, ×F);
+    list-valued fields (``rank_acceptance``, ``tree_parents``) separate alternatives with ``|``."""
+    if name not in FIELD_NAMES:
+        from costmodel.errors import suggest
+        raise InputError(f"unknown field{suggest(name, FIELD_NAMES)}", source=_SOURCE, field=name,
+                         allowed=", ".join(FIELD_NAMES))
+    if isinstance(spec, str):
+        return _parse_axis_text(name, spec)
+    if isinstance(spec, (range, np.ndarray)):
+        return list(np.asarray(spec).tolist()) if isinstance(spec, np.ndarray) else list(spec)
+    if isinstance(spec, (list, tuple)):
+        if name in LIST_FIELDS and spec and not any(isinstance(v, (list, tuple, str)) for v in spec):
+            return [tuple(spec)]          # one list value, not several alternatives
+        return list(spec)
+    return [spec]
+
+
+def _parse_axis_text(name: str, text: str) -> list:
+    s = text.strip()
+    if name in LIST_FIELDS:
+        return [p.strip() for p in s.split("|")]
+    if "," in s:
+        return [p.strip() for p in s.split(",")]
+    if s.count(":") in (1, 2):
+        parts = s.split(":")
+        try:
+            start, stop = float(parts[0]), float(parts[1])
+        except ValueError:
+            return [s]
+        step_txt = parts[2].strip() if len(parts) == 3 else "1"
+        geometric = step_txt.startswith(("*", "x"))
+        try:
+            step = float(step_txt[1:] if geometric else step_txt)
+        except ValueError:
+            raise InputError(f"bad range step {step_txt!r}", source=_SOURCE, field=name,
+                             allowed="START:STOP, START:STOP:STEP or START:STOP:*FACTOR (STOP included)") from None
+        if geometric:
+            if step <= 1 or start <= 0:
+                raise InputError(f"bad geometric range {s!r}", source=_SOURCE, field=name,
+                                 allowed="START > 0 and FACTOR > 1, e.g. 1:1024:*2")
+            n = int(math.floor(math.log(stop / start) / math.log(step) + 1e-9)) + 1 if stop >= start else 0
+            vals = [start * step ** i for i in range(max(n, 0))]
+        else:
+            if step <= 0:
+                raise InputError(f"range step must be > 0, got {step_txt!r}", source=_SOURCE, field=name)
+            n = int(math.floor((stop - start) / step + 1e-9)) + 1 if stop >= start else 0
+            vals = [start + step * i for i in range(max(n, 0))]
+        if not vals:
+            raise InputError(f"empty range {s!r}", source=_SOURCE, field=name, allowed="START <= STOP")
+        return [_tidy(v) for v in vals]
+    return [s]
+
+
+def _tidy(v: float):
+    """0.1·3 → 0.3 (12 significant digits); integral values as int."""
+    v = float(f"{v:.12g}")
+    return int(v) if v == int(v) and abs(v) < 2 ** 53 else v
+
+
+def grid_size(**axes) -> int:
+    """Number of rows of the grid of ``axes`` (values as for :func:`sweep`)."""
+    return int(np.prod([len(parse_axis(k, v)) for k, v in axes.items()], dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------------------- plan
+
+@dataclass
+class Axis:
+    name: str
+    raw: list                      # values as given
+    numeric: bool                  # vectorised (a NUMERIC_AXES field with only numeric values)
+    values: list = field(default_factory=list)    # parsed values (numeric) / canonical (filled later)
+    refused: dict = field(default_factory=dict)   # value index -> why (on_invalid != "error")
+
+
+@dataclass
+class Block:
+    """One evaluate_arrays call site: the record and the grid positions it covers."""
+
+    rec: Record | None
+    index: dict                    # axis name -> fixed value index (group and loop axes)
+    vec: list                      # names of the vectorised axes (in grid order)
+    rowwise: bool = False
+    label: str = ""
+    invalid: str | None = None     # why every row of the block is invalid (on_invalid != "error")
+
+
+def plan_axes(base: dict, axes: dict, strict: bool = True) -> list[Axis]:
+    """The axes with their values parsed; a numeric value out of its field's range raises, or with
+    ``strict`` False is recorded in ``refused`` and stands in as another value of the axis (its rows
+    are marked invalid)."""
+    out = []
+    for name, spec in axes.items():
+        vals = parse_axis(name, spec)
+        if not vals:
+            raise InputError("an axis needs at least one value", source=_SOURCE, field=name)
+        numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
+        ax = Axis(name, vals, numeric)
+        if numeric:
+            conv = _as_int if name in INT_FIELDS else _as_float
+            if strict:
+                ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
+            else:
+                for i, v in enumerate(vals):
+                    try:
+                        ax.values.append(conv(name, v, _SOURCE))
+                    except InputError as exc:
+                        ax.values.append(None)
+                        ax.refused[i] = str(exc)
+                ok = [v for v in ax.values if v is not None]
+                if not ok:
+                    raise InputError(f"no valid value: {next(iter(ax.refused.values()))}", source=_SOURCE, field=name)
+                ax.values = [ok[0] if v is None else v for v in ax.values]
+        else:
+            ax.values = [None] * len(vals)
+        out.append(ax)
+    return out
+
+
+def _label(pairs) -> str:
+    return f"{_SOURCE} ({', '.join(f'{k}={_show(v)}' for k, v in pairs)})" if pairs else _SOURCE
+
+
+def _show(v):
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return v
+
+
+def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Block]:
+    """Parse one record per group (and per looped value), recording canonical axis values. A group
+    whose record is refused (or whose model does not split over its devices) raises, or with
+    ``strict`` False becomes an invalid block (its rows marked)."""
+    group = [a for a in axes if not a.numeric]
+    numeric = [a for a in axes if a.numeric]
+    blocks = []
+    for gidx in itertools.product(*(range(len(a.raw)) for a in group)):
+        gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
+        first = {a.name: a.values[0] for a in numeric}
+        index = dict(zip((a.name for a in group), gidx))
+        label = _label(list(gvals.items()))
+        try:
+            rec = _parse({**base, **gvals, **first}, list(gvals.items()), execs=True)
+        except InputError as exc:
+            if strict:
+                raise
+            # the first row may be the invalid one: any row of the group that parses will do (the
+            # numeric axes are arrays; their invalid rows are marked by check_block)
+            rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
+            rec = next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
+                                                    list(gvals.items())) for r in rows)), None)
+            if rec is None:
+                blocks.append(Block(None, index, [], label=label, invalid=str(exc)))
+                continue
+        if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
+            # a tree searched per configuration: row by row (each row re-parsed)
+            blocks.append(Block(rec, index, [], rowwise=True, label=label))
+        else:
+            loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
+            vec = [a.name for a in numeric if a not in loop]
+            for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
+                lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
+                pairs = list(gvals.items()) + list(lvals.items())
+                lindex = {**index, **dict(zip((a.name for a in loop), lidx))}
+                try:
+                    r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
+                except InputError as exc:
+                    if strict:
+                        raise
+                    blocks.append(Block(None, lindex, [], label=_label(pairs), invalid=str(exc)))
+                    continue
+                blocks.append(Block(r, lindex, vec, label=_label(pairs)))
+        for a, i in zip(group, gidx):
+            if a.values[i] is None:
+                a.values[i] = canonical_value(getattr(rec, a.name))
+    for a in group:                 # values only invalid groups had: as given
+        a.values = [canonical_value(r) if v is None else v for v, r in zip(a.values, a.raw)]
+    return blocks
+
+
+def _parse_or_none(d: dict, pairs):
+    try:
+        return _parse(d, pairs, execs=True)
+    except InputError:
+        return None
+
+
+def _parse(d: dict, pairs, execs: bool = False) -> Record:
+    """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
+    not split over the devices is refused here, before anything is evaluated)."""
+    try:
+        rec = parse_record(d, source=_label(pairs))
+    except InputError:
+        raise
+    except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
+        raise InputError(str(exc), source=_label(pairs)) from None
+    if execs:
+        from costmodel.engine.evaluate import _execs
+        try:
+            _execs(rec)
+        except InputError as exc:
+            raise InputError(str(exc), source=_label(pairs)) from None
+    return rec
+
+
+def canonical_value(v):
+    if isinstance(v, tuple):
+        return ",".join(_num_text(x) for x in v)
+    return v
+
+
+def _num_text(x) -> str:
+    return repr(x) if isinstance(x, float) else str(x)
+
+
+def arrays_for(block: Block, axes: dict, sl: dict | None = None) -> dict:
+    """The vectorised axes as arrays shaped to broadcast: axis k of len(vec) dims."""
+    vec = block.vec
+    out = {}
+    for k, name in enumerate(vec):
+        v = np.asarray(axes[name].values, dtype=float)
+        if sl and name in sl:
+            v = v[sl[name]]
+        shape = [1] * len(vec)
+        shape[k] = v.shape[0]
+        out[name] = v.reshape(shape)
+    return out
+
+
+def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
+    """Vectorised form of record.py's range checks and the checks that tie numeric fields
+    together; the first offending row is re-parsed so the error is parse_record's own. With
+    ``invalid`` (an :class:`~costmodel.analysis.sweep_invalid.InvalidRows`) the offending rows are
+    marked there instead (``where``: the block's region of the grid)."""
+    if not arrays:
+        return
+    rec = block.rec
+    reasons = []
+
+    def _or(a, b, why=None):
+        reasons.append((b, why))
+        return b if a is None else (a | b)
+
+    def get(name):
+        if name in arrays:
+            return arrays[name]
+        v = getattr(rec, name)
+        return None if v is None else np.asarray(float(v))
+
+    bad = None
+    P, Ps = get("prompt_len"), get("shared_prefix_len")
+    if "prompt_len" in arrays or "shared_prefix_len" in arrays:
+        bad = _or(bad, Ps > P, "shared_prefix_len > prompt_len")
+    tau, alpha, g = get("mean_accepted_tokens"), get("acceptance_rate"), get("gamma")
+    if "acceptance_rate" in arrays:
+        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0), "acceptance_rate outside [0, 1)")
+    if "mean_accepted_tokens" in arrays:
+        bad = _or(bad, tau < 1.0, "mean_accepted_tokens < 1")
+    if rec.strategy == "speculative":
+        if tau is not None and ({"mean_accepted_tokens", "gamma"} & arrays.keys()):
+            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0), "mean_accepted_tokens outside [1, gamma + 1]")
+        if tau is not None and alpha is not None and ({"mean_accepted_tokens", "gamma", "acceptance_rate"}
+                                                      & arrays.keys()):
+            from costmodel.engine.acceptance import chain_tokens_per_step
+            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau,
+                      "acceptance_rate and mean_accepted_tokens disagree by more than 5%")
+    if bad is None or not np.any(bad):
+        return
+    if invalid is not None:
+        for mask, why in reasons:
+            if np.any(mask):
+                invalid.mark(where, why, mask)
+        return
+    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+    pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
+    row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
+           for k, name in enumerate(block.vec)}
+    row = {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in row.items()}
+    d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
+    d.update(row)
+    parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
+    raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover

@@ -1,0 +1,108 @@
+"""Memory on the most loaded device (costmodel.engine.memory), numbers worked out by hand.
+
+Llama-2-7B: 32 layers, d_model 4096, 32 heads of 128 (no GQA), d_ff 11008, vocab 32000.
+fp16 KV of one token in one layer on one device: 2 (K, V) · 32 heads · 128 · 2 B = 16,384 B.
+"""
+
+import pytest
+
+from costmodel import evaluate
+from costmodel.engine import memory
+from costmodel.engine.evaluate import build_exec
+from costmodel.inputs.record import parse_record
+
+BASE = dict(model="llama-2-7b", hardware="a100-80gb", batch_size=2, prompt_len=1000, gen_len=24)
+
+
+def ex_of(**kw):
+    return build_exec(parse_record(dict(BASE, **kw)))
+
+
+def test_kv_per_token_per_device_under_tp_and_pp():
+    # tp = 2 halves the heads, pp = 2 halves the layers: 2 · 16 layers · 16 heads · 128 · 2 B
+    assert memory.kv_bytes_per_token_device(ex_of(n_devices=4, tensor_parallel=2, pipeline_parallel=2)) \
+        == 2 * 16 * 16 * 128 * 2 == 131_072
+    # Llama-2-70B has 8 KV heads: on 16 devices each keeps ceil(8/16) = 1, replicated (80 layers)
+    ex = build_exec(parse_record(dict(BASE, model="llama-2-70b", n_devices=16)))
+    assert memory.kv_bytes_per_token_device(ex) == 2 * 80 * 1 * 128 * 2 == 40_960
+
+
+def test_replicated_kv_projections_add_to_weights_per_device():
+    ex = build_exec(parse_record(dict(BASE, model="llama-2-70b", n_devices=16)))
+    # (1 head · 16 devices − 8 heads) · 128 · 8192 · 2 (K and V) · 80 layers extra fp16 parameters
+    extra = (1 * 16 - 8) * 128 * 8192 * 2 * 80
+    assert memory.weights_device_bytes(ex) == pytest.approx((memory.weights_total_bytes(ex) + extra * 2) / 16,
+                                                            rel=1e-15)
+
+
+def test_autoregressive_breakdown_under_tp_and_pp():
+    r = evaluate(dict(BASE, n_devices=4, tensor_parallel=2, pipeline_parallel=2))
+    # KV: 2 sequences · (1000 + 24) tokens · 131,072 B on each device; the cache is 4 devices' worth
+    assert r["memory_target_kv_bytes"] == 2 * 1024 * 131_072 == 268_435_456
+    assert r["kv_cache_bytes"] == 4 * 268_435_456
+    # largest pass = the 2,000-token prefill: per token 2·4096 + (4096 + 2·4096)/2 + 4096/2 + 3·11008/2
+    # = 32,896 elements · 2 B, plus fp32 logits of the 2 last tokens over 32000/2 vocabulary entries
+    assert r["memory_activations_bytes"] == 2000 * 32_896 * 2 + 2 * 16_000 * 4 == 131_712_000
+    parts = sum(v for k, v in r.items() if k.startswith("memory_") and k.endswith("_bytes"))
+    assert r["peak_device_memory_bytes"] == parts
+
+
+def test_speculative_kv_slots_and_draft_kv():
+    r = evaluate(dict(BASE, strategy="speculative", draft_model="llama-68m", gamma=4, acceptance_rate=0.7))
+    # the target stores γ + 1 = 5 speculative slots per sequence beyond the 1,024 tokens of context
+    assert r["memory_target_kv_bytes"] == 2 * (1024 + 5) * 32 * 16_384
+    # LLaMA-68M: 2 layers · 12 heads · 64 · 2 (K, V) · 2 B = 6,144 B per token, context + γ tokens
+    assert r["memory_draft_kv_bytes"] == 2 * (1024 + 4) * 6_144
+
+
+def test_self_draft_kv_is_capped_by_its_budget():
+    r = evaluate(dict(BASE, strategy="speculative", draft_model="self", draft_kv_budget=256, gamma=3,
+                      acceptance_rate=0.8))
+    # the target's own layers keep min(1,024, 256) + γ = 259 tokens per sequence for drafting
+    assert r["memory_draft_kv_bytes"] == 2 * 259 * 32 * 16_384
+    assert r["memory_draft_weights_bytes"] == 0.0
+
+
+def test_tree_scratch_and_medusa_heads():
+    r = evaluate(dict(BASE, strategy="tree", draft_model="medusa", tree_width=2, tree_depth=2, acceptance_rate=0.7))
+    # 2 + 4 = 6 nodes + the root: 7 KV slots per sequence
+    assert r["memory_tree_scratch_bytes"] == 2 * 7 * 32 * 16_384 == 7_340_032
+    # 2 heads (one per level), each a 4096×4096 ResBlock and a 4096×32000 head, fp16
+    assert r["memory_draft_weights_bytes"] == 2 * (4096 * 4096 + 4096 * 32_000) * 2 == 591_396_864
+    assert r["memory_draft_kv_bytes"] == 0.0
+    assert r["kv_cache_bytes"] == r["memory_target_kv_bytes"] + 7_340_032
+
+
+def test_draft_on_its_own_device_leaves_the_target_device():
+    kw = dict(BASE, strategy="speculative", draft_model="llama-68m", gamma=4, acceptance_rate=0.7)
+    same = evaluate(kw)
+    apart = evaluate(dict(kw, draft_placement="separate_device"))
+    assert "memory_draft_kv_bytes" not in apart
+    assert apart["peak_device_memory_bytes"] == \
+        same["peak_device_memory_bytes"] - same["memory_draft_kv_bytes"] - same["memory_draft_weights_bytes"]
+    # the totals still count the draft's weights and KV
+    assert apart["kv_cache_bytes"] == same["kv_cache_bytes"]
+    assert apart["weights_bytes"] == same["weights_bytes"]
+
+
+def test_footprint_peak_is_the_more_loaded_device():
+    ex = ex_of()
+    target = {"target_weights": 10.0, "target_kv": 5.0}
+    draft = memory.draft_breakdown(100.0)
+    fp = memory.footprint(ex, target, draft, separate=True)
+    # the draft device also holds the runtime overhead
+    assert memory.peak_device_bytes(fp.device, fp.other_device) == 100.0 + ex.rt.memory_overhead_bytes
+    fp = memory.footprint(ex, target, draft)
+    assert memory.peak_device_bytes(fp.device) == 115.0
+
+
+def test_tree_self_draft_keeps_its_kv_on_the_target_device():
+    # a self-draft is the target itself: whatever draft_placement says, its budgeted KV
+    # (32 sequences · min(8,024, 256) tokens · 32 layers · 16,384 B) sits on the target's device
+    kw = dict(BASE, batch_size=32, prompt_len=8000, strategy="tree", draft_model="self", draft_kv_budget=256,
+              tree_nodes=8, acceptance_rate=0.7)
+    for placement in ("same_device", "separate_device"):
+        r = evaluate(dict(kw, draft_placement=placement))
+        assert r["memory_draft_kv_bytes"] == 32 * 256 * 32 * 16_384 == 4_294_967_296
+        parts = sum(v for k, v in r.items() if k.startswith("memory_") and k.endswith("_bytes"))
+        assert r["peak_device_memory_bytes"] == parts
