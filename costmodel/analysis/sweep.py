@@ -63,7 +63,7 @@ from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_val
 from costmodel.analysis.sweep_output import write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
-from costmodel.engine.evaluate import evaluate, evaluate_arrays
+from costmodel.engine.evaluate import evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.engine.roofline import operator_rows
 from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, parse_record
 
@@ -282,12 +282,12 @@ def _evaluate_piece(rec, arrays) -> dict:
         return _flat(evaluate(rec))
     with operator_rows(False):            # the per-operator breakdown is not a column
         res = evaluate_arrays(rec, arrays, bound_codes=True)
-    res.pop("_extras", None)
+    extras = res.pop("_extras")
     res.pop("_step_ops", None)
-    out = {}
-    for k, v in _record_keys(rec).items():
-        out[k] = res.pop(k) if k in res else v
+    # evaluate()'s keys in its order: the record's, the arrays, the record-level tail
+    out = record_head(rec)
     out.update(res)
+    out.update(_flat(record_tail(rec, extras)))
     return out
 
 
@@ -295,7 +295,7 @@ _RECORD_KEYS: dict = {}
 
 
 def _record_keys(rec: Record) -> dict:
-    """evaluate(rec) with its keys in order (values used for the keys evaluate_arrays lacks)."""
+    """evaluate(rec) with its keys in order (the schema's column kinds)."""
     try:
         hit = _RECORD_KEYS.get(rec)
     except TypeError:                     # a field holds an unhashable object (a Hardware, …)

@@ -249,6 +249,23 @@ def _scalar(v):
     return x
 
 
+def record_head(rec: Record) -> dict:
+    """The outputs that name the configuration, first in :func:`evaluate`'s dict."""
+    return {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+
+
+def record_tail(rec: Record, extras: dict) -> dict:
+    """The record-level outputs after the arrays in :func:`evaluate`'s dict: ``n_devices``, ``notes``,
+    ``n_devices_total`` (a draft on its own device), ``tree_parents`` (from the strategy's extras)."""
+    out = {"n_devices": rec.n_devices, "notes": assumption_notes(rec, _execs(rec)[0])}
+    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
+            rec.draft_model not in ("none", "medusa", "self"):
+        out["n_devices_total"] = rec.n_devices + 1
+    if "tree_parents" in extras:
+        out["tree_parents"] = extras["tree_parents"]
+    return out
+
+
 def evaluate(record, *, details: bool = False) -> dict:
     """Evaluate one record (mapping, ``KEY=VALUE`` dict or :class:`Record`) -> output dict.
 
@@ -260,15 +277,9 @@ def evaluate(record, *, details: bool = False) -> dict:
     res = evaluate_arrays(rec)
     extras = res.pop("_extras")
     ops = res.pop("_step_ops")
-    out = {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+    out = record_head(rec)
     out.update({k: _scalar(v) for k, v in res.items()})
-    out["n_devices"] = rec.n_devices
-    out["notes"] = assumption_notes(rec, _execs(rec)[0])
-    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
-            rec.draft_model not in ("none", "medusa", "self"):
-        out["n_devices_total"] = rec.n_devices + 1
-    if "tree_parents" in extras:
-        out["tree_parents"] = extras["tree_parents"]
+    out.update(record_tail(rec, extras))
     if details:
         out["operators"] = [{"name": n, "flops": _scalar(f), "hbm_bytes": _scalar(h), "time_s": _scalar(t),
                              "bound": _scalar(b)} for n, f, h, t, b in ops]

@@ -6,6 +6,7 @@ is refused, never executed) and :class:`Fields`, which names file and field in e
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from importlib import resources
@@ -147,10 +148,12 @@ def read_csv(path) -> list:
     return rows
 
 
+@functools.lru_cache(maxsize=None)
 def zoo_dir(kind: str) -> Path:
     """Folder of a bundled zoo: 'hardware_specs', 'model_specs' or 'runtimes'.
 
-    Installed: package data ``costmodel/<kind>``; from a source checkout: ``<repo>/<kind>``.
+    Installed: package data ``costmodel/<kind>``; from a source checkout: ``<repo>/<kind>``. Looked
+    up once per process (the package's location does not change while it runs).
     """
     try:
         d = Path(str(resources.files("costmodel") / kind))
