@@ -50,6 +50,7 @@ blocks (in process or forked) and assembles the frame.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -59,12 +60,13 @@ import numpy as np
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
 from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
 from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
-    check_block, grid_size, group_blocks, parse_axis, plan_axes
+    check_block, grid_size, group_blocks, parse_axis, plan_axes, runs
 from costmodel.analysis.sweep_output import write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.engine.roofline import operator_rows
+from costmodel.inputs.hardware import HardwareStack, stack_hardware
 from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
@@ -95,7 +97,7 @@ def _plan(base: dict, axes_in: dict, on_invalid: str = "error"):
         for i, why in a.refused.items():
             invalid.mark(tuple(i if j == k else slice(None) for j in range(len(axes_l))), why)
     for b in blocks:
-        region = tuple(b.index.get(n, slice(None)) for n in names)
+        region = b.where(names)
         if b.invalid is not None:
             invalid.mark(region, b.invalid)
         elif b.rowwise:
@@ -107,7 +109,7 @@ def _plan(base: dict, axes_in: dict, on_invalid: str = "error"):
                         raise
                     invalid.mark(where, str(exc))
         else:
-            check_block(b, arrays_for(b, axes), None if strict else invalid, region)
+            check_block(b, arrays_for(b, axes), None if strict else invalid, [r for r, _k, _s in runs(region)])
     return axes_l, axes, names, blocks, invalid
 
 
@@ -131,11 +133,11 @@ def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
         for where, row in _rows(b, axes, names):
             yield where, 1, None, row
         return
-    base_where = [b.index.get(n, slice(None)) for n in names]
+    base_where = list(b.where(names))
     if not b.vec:
         yield tuple(base_where), 1, {}, b.rec
         return
-    lens = [len(axes[n].values) for n in b.vec]
+    lens = [len(b.members[n]) if n in b.members else len(axes[n].values) for n in b.vec]
     rows = int(np.prod(lens, dtype=np.int64))
     # cut along the first vectorised axis whose trailing block fits in chunk_rows
     trailing = rows
@@ -145,15 +147,31 @@ def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
             break
     per = max(1, chunk_rows // max(trailing, 1))
     cut, outer = b.vec[k], b.vec[:k]
-    for oidx in itertools.product(*(range(len(axes[n].values)) for n in outer)):
+    for oidx in itertools.product(*(range(n) for n in lens[:k])):
         for start in range(0, lens[k], per):
             stop = min(start + per, lens[k])
             sl = {n: slice(i, i + 1) for n, i in zip(outer, oidx)}
             sl[cut] = slice(start, stop)
             where = list(base_where)
             for n, s in sl.items():
-                where[names.index(n)] = s
-            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), b.rec
+                where[names.index(n)] = _positions(b.members[n][s]) if n in b.members else s
+            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), _piece_record(b, sl)
+
+
+def _positions(idx: list):
+    """Value indices as a slice when contiguous, else the list (see sweep_grid.runs)."""
+    return slice(idx[0], idx[-1] + 1) if idx[-1] - idx[0] == len(idx) - 1 else list(idx)
+
+
+def _piece_record(b: Block, sl: dict):
+    """The block's record; with stacked devices, its ``hardware`` the piece's HardwareStack."""
+    if not b.members:
+        return b.rec
+    k = b.vec.index("hardware")
+    devices = b.stack[sl.get("hardware", slice(None))]
+    shape = [1] * len(b.vec)
+    shape[k] = len(devices)
+    return dataclasses.replace(b.rec, hardware=stack_hardware(devices, shape))
 
 
 def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1,
@@ -186,12 +204,14 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
                 cols.written = dict.fromkeys(got, cols.n)
                 cols.coded = {k for k in CODE_KEYS if k in got}
     for (b, (where, rows, _arrays, _rec)), res in _map(run, tasks, workers):
-        if isinstance(res, str):
-            invalid.mark(where, res)
-            res = {}
-        for key, v in res.items():
-            if key not in axes:
-                cols.put(key, where, rows, v)
+        for w, k, (s, e) in ((r, k, se or (0, 1)) for r, k, se in runs(where)):
+            if isinstance(res, str):
+                invalid.mark(w, res)
+                continue
+            n = 1 if k is None else len(where[names.index("hardware")])
+            for key, v in res.items():
+                if key not in axes:
+                    cols.put(key, w, rows * (e - s) // n, v if k is None else _run_of(v, k, s, e, len(b.vec)))
         done += rows
         if progress is not None:
             progress(done, total)
@@ -205,6 +225,16 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         s[k] = len(vals)
         axis_cols[a.name] = np.broadcast_to(vals.reshape(s), shape)
     return names, axis_cols, cols, invalid
+
+
+def _run_of(v, k: int, start: int, stop: int, ndim: int):
+    """Elements start:stop along dimension k (of ``ndim``, numpy's right-aligned broadcasting) of a
+    piece's output ``v``; ``v`` itself where it is constant along that dimension."""
+    a = np.asarray(v)
+    kk = k - (ndim - a.ndim)
+    if kk < 0 or a.shape[kk] == 1:
+        return v
+    return a[(slice(None),) * kk + (slice(start, stop),)]
 
 
 def _run_piece_or_reason(task):
@@ -278,7 +308,7 @@ def _number_or_nan(text) -> float:
 def _evaluate_piece(rec, arrays) -> dict:
     """evaluate()'s keys for one piece: arrays from evaluate_arrays, the record-level keys
     (model, n_devices_total, tree_parents, …) from evaluate() on the piece's record."""
-    if arrays is None or not arrays:
+    if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack)):
         return _flat(evaluate(rec))
     with operator_rows(False):            # the per-operator breakdown is not a column
         res = evaluate_arrays(rec, arrays, bound_codes=True)

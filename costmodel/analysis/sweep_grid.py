@@ -109,6 +109,14 @@ class Block:
     rowwise: bool = False
     label: str = ""
     invalid: str | None = None     # why every row of the block is invalid (on_invalid != "error")
+    #: a categorical axis priced as an array (``hardware``): axis name -> the value indices the
+    #: block covers (ascending, maybe not contiguous), and the loaded devices in that order
+    members: dict = field(default_factory=dict)
+    stack: tuple = ()
+
+    def where(self, names: list) -> tuple:
+        """The block's region of the grid: fixed indices, member index lists, whole axes."""
+        return tuple(self.index[n] if n in self.index else self.members.get(n, slice(None)) for n in names)
 
 
 def plan_axes(base: dict, axes: dict, strict: bool = True) -> list[Axis]:
@@ -159,49 +167,132 @@ def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Bloc
     ``strict`` False becomes an invalid block (its rows marked)."""
     group = [a for a in axes if not a.numeric]
     numeric = [a for a in axes if a.numeric]
+    hw = next((a for a in group if a.name == "hardware" and len(a.raw) > 1
+               and all(isinstance(v, str) for v in a.raw)), None)
+    outer = [a for a in group if a is not hw]
     blocks = []
-    for gidx in itertools.product(*(range(len(a.raw)) for a in group)):
-        gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
-        first = {a.name: a.values[0] for a in numeric}
-        index = dict(zip((a.name for a in group), gidx))
-        label = _label(list(gvals.items()))
-        try:
-            rec = _parse({**base, **gvals, **first}, list(gvals.items()), execs=True)
-        except InputError as exc:
-            if strict:
-                raise
-            # the first row may be the invalid one: any row of the group that parses will do (the
-            # numeric axes are arrays; their invalid rows are marked by check_block)
-            rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
-            rec = next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
-                                                    list(gvals.items())) for r in rows)), None)
-            if rec is None:
-                blocks.append(Block(None, index, [], label=label, invalid=str(exc)))
-                continue
-        if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
-            # a tree searched per configuration: row by row (each row re-parsed)
-            blocks.append(Block(rec, index, [], rowwise=True, label=label))
-        else:
-            loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
-            vec = [a.name for a in numeric if a not in loop]
-            for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
-                lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
-                pairs = list(gvals.items()) + list(lvals.items())
-                lindex = {**index, **dict(zip((a.name for a in loop), lidx))}
-                try:
-                    r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
-                except InputError as exc:
-                    if strict:
-                        raise
-                    blocks.append(Block(None, lindex, [], label=_label(pairs), invalid=str(exc)))
-                    continue
-                blocks.append(Block(r, lindex, vec, label=_label(pairs)))
-        for a, i in zip(group, gidx):
-            if a.values[i] is None:
-                a.values[i] = canonical_value(getattr(rec, a.name))
+    for oidx in itertools.product(*(range(len(a.raw)) for a in outer)):
+        got = None if hw is None else _stacked_blocks(base, axes, dict(zip((a.name for a in outer), oidx)), hw)
+        if got is not None:
+            blocks.extend(got)
+            continue
+        for j in ([None] if hw is None else range(len(hw.raw))):
+            index = dict(zip((a.name for a in outer), oidx))
+            if j is not None:
+                index["hardware"] = j
+            blocks.extend(_group_blocks(base, group, numeric, tuple(index[a.name] for a in group), strict))
     for a in group:                 # values only invalid groups had: as given
         a.values = [canonical_value(r) if v is None else v for v, r in zip(a.values, a.raw)]
     return blocks
+
+
+def _stacked_blocks(base: dict, axes: list[Axis], index: dict, hw: Axis):
+    """The blocks of one group with every ``hardware`` value priced together: one block per set of
+    devices the engine treats alike (:func:`costmodel.engine.evaluate.hardware_signature`), its
+    devices a :class:`~costmodel.inputs.hardware.HardwareStack` when evaluated. None when the group
+    is not stacked: its record is refused, a device does not load, or it is searched row by row."""
+    from costmodel.engine.evaluate import hardware_signature
+    from costmodel.inputs.hardware import load_hardware
+
+    group = [a for a in axes if not a.numeric]
+    numeric = [a for a in axes if a.numeric]
+    first = {a.name: a.values[0] for a in numeric}
+
+    def gvals(j):
+        return {a.name: a.raw[j if a is hw else index[a.name]] for a in group}
+
+    try:
+        rec = _parse({**base, **gvals(0), **first}, list(gvals(0).items()), execs=True)
+        devices = [load_hardware(v.strip(), rec.power_mode) for v in hw.raw]
+    except InputError:
+        return None
+    if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
+        return None
+    parts: dict = {}
+    for j, d in enumerate(devices):
+        parts.setdefault(hardware_signature(rec, d), []).append(j)
+    loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
+    vec = [a.name for a in axes if a is hw or (a.numeric and a not in loop)]
+    blocks = []
+    for members in parts.values():
+        g = gvals(members[0])
+        for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
+            lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
+            pairs = list(g.items()) + list(lvals.items())
+            try:
+                r = _parse({**base, **g, **first, **lvals}, pairs) if loop else rec
+            except InputError:
+                return None                # refused looped values: group by group, as given
+            blocks.append(Block(r, {**index, **dict(zip((a.name for a in loop), lidx))}, vec, label=_label(pairs),
+                                members={"hardware": members}, stack=tuple(devices[j] for j in members)))
+    for a in group:
+        i = index.get(a.name)
+        if i is not None and a.values[i] is None:
+            a.values[i] = canonical_value(getattr(rec, a.name))
+    hw.values = [v.strip() if c is None else c for v, c in zip(hw.raw, hw.values)]
+    return blocks
+
+
+def _group_blocks(base: dict, group: list[Axis], numeric: list[Axis], gidx: tuple, strict: bool) -> list[Block]:
+    """The blocks of one group (one value of every non-numeric axis): one, or one per looped value."""
+    blocks = []
+    gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
+    first = {a.name: a.values[0] for a in numeric}
+    index = dict(zip((a.name for a in group), gidx))
+    label = _label(list(gvals.items()))
+    try:
+        rec = _parse({**base, **gvals, **first}, list(gvals.items()), execs=True)
+    except InputError as exc:
+        if strict:
+            raise
+        # the first row may be the invalid one: any row of the group that parses will do (the
+        # numeric axes are arrays; their invalid rows are marked by check_block)
+        rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
+        rec = next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
+                                                list(gvals.items())) for r in rows)), None)
+        if rec is None:
+            return [Block(None, index, [], label=label, invalid=str(exc))]
+    if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
+        # a tree searched per configuration: row by row (each row re-parsed)
+        blocks.append(Block(rec, index, [], rowwise=True, label=label))
+    else:
+        loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
+        vec = [a.name for a in numeric if a not in loop]
+        for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
+            lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
+            pairs = list(gvals.items()) + list(lvals.items())
+            lindex = {**index, **dict(zip((a.name for a in loop), lidx))}
+            try:
+                r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
+            except InputError as exc:
+                if strict:
+                    raise
+                blocks.append(Block(None, lindex, [], label=_label(pairs), invalid=str(exc)))
+                continue
+            blocks.append(Block(r, lindex, vec, label=_label(pairs)))
+    for a, i in zip(group, gidx):
+        if a.values[i] is None:
+            a.values[i] = canonical_value(getattr(rec, a.name))
+    return blocks
+
+
+def runs(where: tuple):
+    """``where`` (a block's region, at most one component a list of value indices) as regions of
+    plain indices and slices: (region, k, (start, stop)) for each contiguous run of that list, k its
+    position among the region's non-integer components and start:stop the run's place in the list;
+    ``where`` itself when it holds no list ((where, None, None))."""
+    lists = [i for i, w in enumerate(where) if isinstance(w, list)]
+    if not lists:
+        return [(where, None, None)]
+    (i,) = lists
+    idx = where[i]
+    k = sum(1 for w in where[:i] if not isinstance(w, (int, np.integer)))
+    out, start = [], 0
+    for end in range(1, len(idx) + 1):
+        if end == len(idx) or idx[end] != idx[end - 1] + 1:
+            out.append((where[:i] + (slice(idx[start], idx[end - 1] + 1),) + where[i + 1:], k, (start, end)))
+            start = end
+    return out
 
 
 def _parse_or_none(d: dict, pairs):
@@ -240,10 +331,13 @@ def _num_text(x) -> str:
 
 
 def arrays_for(block: Block, axes: dict, sl: dict | None = None) -> dict:
-    """The vectorised axes as arrays shaped to broadcast: axis k of len(vec) dims."""
+    """The vectorised numeric axes as arrays shaped to broadcast: axis k of len(vec) dims (a
+    categorical axis priced as an array, ``block.members``, has its dimension but no array here)."""
     vec = block.vec
     out = {}
     for k, name in enumerate(vec):
+        if name in block.members:
+            continue
         v = np.asarray(axes[name].values, dtype=float)
         if sl and name in sl:
             v = v[sl[name]]
@@ -257,7 +351,7 @@ def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
     """Vectorised form of record.py's range checks and the checks that tie numeric fields
     together; the first offending row is re-parsed so the error is parse_record's own. With
     ``invalid`` (an :class:`~costmodel.analysis.sweep_invalid.InvalidRows`) the offending rows are
-    marked there instead (``where``: the block's region of the grid)."""
+    marked there instead (``where``: the block's region of the grid, or a list of regions)."""
     if not arrays:
         return
     rec = block.rec
@@ -295,12 +389,13 @@ def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
     if invalid is not None:
         for mask, why in reasons:
             if np.any(mask):
-                invalid.mark(where, why, mask)
+                for w in (where if isinstance(where, list) else [where]):
+                    invalid.mark(w, why, mask)
         return
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
     row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
-           for k, name in enumerate(block.vec)}
+           for k, name in enumerate(block.vec) if name in arrays}
     row = {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in row.items()}
     d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
     d.update(row)

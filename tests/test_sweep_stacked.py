@@ -1,0 +1,141 @@
+"""A ``hardware`` axis priced as an array (HardwareStack): every row still equals evaluate() bit for
+bit, whatever the axis order, chunking, links or invalid rows, and the grid becomes a few blocks."""
+
+import math
+
+import numpy as np
+import pytest
+
+from costmodel import evaluate
+from costmodel.analysis import sweep as sweep_module
+from costmodel.analysis.sweep import sweep
+from costmodel.analysis.sweep_grid import group_blocks, plan_axes, runs
+from costmodel.engine.evaluate import hardware_signature
+from costmodel.inputs.hardware import load_hardware, stack_hardware
+from costmodel.inputs.record import parse_record
+
+# devices per node: a100-80gb 8, h100-pcie 2, t4 4, l4 8: four devices on 2 and 4 per node use the
+# network for their all-reduces on h100-pcie only, eight devices on h100-pcie and t4
+GPUS = ["a100-80gb", "h100-pcie", "t4", "l4"]
+SPEC = dict(draft_model="llama-68m", acceptance_rate=0.7, gamma=4)
+
+
+def _identical(got, want) -> bool:
+    """The same value: floats bit for bit (NaN as NaN), everything else by ==."""
+    if isinstance(want, float):
+        got = float(got)
+        return (math.isnan(got) and math.isnan(want)) or (got == want and math.copysign(1, got) == math.copysign(1, want))
+    if isinstance(want, list):
+        return got == ",".join(str(x) for x in want)
+    return got == want
+
+
+def assert_every_row_is_evaluate(df, base, axes):
+    names = list(axes)
+    for i in range(len(df)):
+        row = df.iloc[i]
+        rec = dict(base, **{k: (row[k].item() if hasattr(row[k], "item") else row[k]) for k in names})
+        want = evaluate(rec)
+        for k, w in want.items():
+            if k in axes or k == "notes":
+                continue
+            got = row[k]
+            got = got.item() if hasattr(got, "item") else got
+            assert _identical(got, w), (i, k, got, w, rec)
+
+
+@pytest.mark.parametrize("axes", [
+    dict(hardware=GPUS, n_devices=[1, 2, 4, 8], strategy=["autoregressive", "speculative"],
+         weight_dtype=["fp16", "int4"], batch_size=[1, 16, 256], prompt_len=[128, 4096]),
+    # hardware after a numeric axis and between two group axes: its dimension is not the first
+    dict(batch_size=[1, 64], weight_dtype=["int8", "fp16"], hardware=GPUS, n_devices=[8, 2], prompt_len=[512, 2048]),
+], ids=["hardware-first", "hardware-inside"])
+def test_stacked_hardware_rows_are_bit_identical(axes):
+    base = dict(SPEC, model="llama-2-7b")
+    df = sweep(base, workers=1, **axes)
+    assert_every_row_is_evaluate(df, base, axes)
+
+
+def test_draft_on_its_own_device_fp8_and_pipeline_stages():
+    """fp8 weights run weight-only where a device has no fp8 units (and the note names the device):
+    one block per device; a separate draft device and pipeline stages take per-device links."""
+    base = dict(SPEC, model="llama-2-13b", strategy="speculative", draft_placement="separate_device",
+                pipeline_parallel=2)
+    axes = dict(hardware=GPUS + ["h100-sxm"], weight_dtype=["fp8", "fp16"], n_devices=[2, 4], batch_size=[1, 32],
+                prompt_len=[256])
+    df = sweep(base, workers=1, **axes)
+    assert_every_row_is_evaluate(df, base, axes)
+    for i in range(len(df)):
+        row = df.iloc[i]
+        want = evaluate(dict(base, **{k: (row[k].item() if hasattr(row[k], "item") else row[k]) for k in axes}))
+        assert row["notes"] == ",".join(want["notes"])
+
+
+def test_only_the_hardware_varies_and_chunks_cut_the_device_axis():
+    base = dict(model="llama-2-7b", batch_size=8, prompt_len=1000)
+    df = sweep(base, workers=1, hardware=GPUS)
+    assert_every_row_is_evaluate(df, base, dict(hardware=GPUS))
+    axes = dict(hardware=GPUS * 2, batch_size=[1, 2, 3], prompt_len=[10, 20])
+    whole = sweep(base, workers=1, **axes)
+    cut = sweep(base, workers=1, chunk_rows=5, **axes)    # 6 rows per device: cut along hardware
+    assert whole.equals(cut)
+    assert_every_row_is_evaluate(cut, base, axes)
+
+
+def test_invalid_groups_are_marked_and_valid_rows_stay_exact():
+    """llama-68m has 12 attention heads: 8 devices are refused for every device; the rest is exact."""
+    base = dict(SPEC, model="llama-68m", strategy="speculative")
+    axes = dict(hardware=GPUS, n_devices=[4, 8], batch_size=[1, 64], prompt_len=[128, 1024])
+    df = sweep(base, workers=1, on_invalid="mark", **axes)
+    bad = df["n_devices"] == 8
+    assert df.loc[bad, "invalid_reason"].str.contains("does not divide").all()
+    assert df.loc[bad, "step_latency_s"].isna().all()
+    ok = df[~bad].reset_index(drop=True)
+    assert ok["invalid_reason"].isna().all()
+    assert_every_row_is_evaluate(ok.drop(columns="invalid_reason"), base, axes)
+
+
+def test_the_capacity_grid_is_a_few_blocks():
+    """Every device of one (model, strategy, dtype, devices) group in one block, split only where
+    the engine decides differently: which link a transfer takes."""
+    base = dict(SPEC, batch_size=1, prompt_len=128)
+    axes = plan_axes(base, dict(hardware=GPUS, model=["llama-2-7b"], n_devices=[1, 4, 8],
+                                strategy=["autoregressive", "speculative"], batch_size=[1, 2]))
+    blocks = group_blocks(base, axes)
+    # 1 device: one block; 4: h100-pcie (2 per node) apart; 8: a100-80gb and l4 together,
+    # h100-pcie and t4 (network for the all-reduces: spans nodes) together. Per strategy.
+    assert [b.members["hardware"] for b in blocks] == [[0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [1], [0, 2, 3], [1],
+                                                       [0, 3], [1, 2], [0, 3], [1, 2]]
+
+
+def test_hardware_signature_names_the_links_the_engine_chooses():
+    rec = parse_record(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=1, n_devices=4))
+    # (TP all-reduce, token-id return, draft link): over the network when the group spans nodes
+    assert hardware_signature(rec, load_hardware("a100-80gb"))[0] == (False, False, None)
+    assert hardware_signature(rec, load_hardware("h100-pcie"))[0] == (True, False, None)
+
+
+def test_stack_reads_each_member():
+    a, t = load_hardware("a100-80gb"), load_hardware("t4")
+    s = stack_hardware([a, t], (2, 1))
+    assert s.bandwidth_bytes_per_s.tolist() == [[a.bandwidth_bytes_per_s], [t.bandwidth_bytes_per_s]]
+    assert s.matrix_peak("fp16").ravel().tolist() == [a.matrix_peak("fp16"), t.matrix_peak("fp16")]
+    assert s.scale_up.latency_s.ravel().tolist() == [a.scale_up.latency_s, t.scale_up.latency_s]
+
+
+def test_runs_split_a_member_list_into_slices():
+    # members 0, 2, 3 of axis 1; axis 0 fixed: the non-integer components are (members, axis 2)
+    assert runs((4, [0, 2, 3], slice(None))) == [((4, slice(0, 1), slice(None)), 0, (0, 1)),
+                                                  ((4, slice(2, 4), slice(None)), 0, (1, 3))]
+    assert runs((1, slice(None))) == [((1, slice(None)), None, None)]
+
+
+def test_a_single_stacked_block_on_forked_workers(monkeypatch):
+    base = dict(model="llama-2-7b", prompt_len=512)
+    axes = dict(hardware=GPUS[:1] + GPUS[3:], batch_size=list(range(1, 2001)))   # 8 per node: one block
+    one = sweep(base, workers=1, chunk_rows=500, **axes)
+    forked = []
+    real = sweep_module.evaluate_forked
+    monkeypatch.setattr(sweep_module, "evaluate_forked", lambda *a, **k: forked.append(1) or real(*a, **k))
+    two = sweep(base, workers=2, chunk_rows=500, **axes)
+    assert forked and one.equals(two)
