@@ -93,6 +93,12 @@ def test_invalid_groups_are_marked_and_valid_rows_stay_exact():
     ok = df[~bad].reset_index(drop=True)
     assert ok["invalid_reason"].isna().all()
     assert_every_row_is_evaluate(ok.drop(columns="invalid_reason"), base, axes)
+    # the reasons name each row's own device, as a grid of that device alone gives them
+    for g in GPUS:
+        alone = sweep(base, workers=1, on_invalid="mark", **dict(axes, hardware=[g]))
+        mine = df[df["hardware"] == g].reset_index(drop=True)
+        assert alone["invalid_reason"].equals(mine["invalid_reason"])
+        assert "hardware=" + g in alone["invalid_reason"].dropna().iloc[0]
 
 
 def test_the_capacity_grid_is_a_few_blocks():

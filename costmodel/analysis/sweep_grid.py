@@ -172,7 +172,7 @@ def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Bloc
     outer = [a for a in group if a is not hw]
     blocks = []
     for oidx in itertools.product(*(range(len(a.raw)) for a in outer)):
-        got = None if hw is None else _stacked_blocks(base, axes, dict(zip((a.name for a in outer), oidx)), hw)
+        got = None if hw is None else _stacked_blocks(base, axes, dict(zip((a.name for a in outer), oidx)), hw, strict)
         if got is not None:
             blocks.extend(got)
             continue
@@ -186,7 +186,7 @@ def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Bloc
     return blocks
 
 
-def _stacked_blocks(base: dict, axes: list[Axis], index: dict, hw: Axis):
+def _stacked_blocks(base: dict, axes: list[Axis], index: dict, hw: Axis, strict: bool = True):
     """The blocks of one group with every ``hardware`` value priced together: one block per set of
     devices the engine treats alike (:func:`costmodel.engine.evaluate.hardware_signature`), its
     devices a :class:`~costmodel.inputs.hardware.HardwareStack` when evaluated. None when the group
@@ -201,11 +201,31 @@ def _stacked_blocks(base: dict, axes: list[Axis], index: dict, hw: Axis):
     def gvals(j):
         return {a.name: a.raw[j if a is hw else index[a.name]] for a in group}
 
+    def devices_in(mode):
+        return [load_hardware(v.strip(), mode.strip() if isinstance(mode, str) else mode) for v in hw.raw]
+
     try:
         rec = _parse({**base, **gvals(0), **first}, list(gvals(0).items()), execs=True)
-        devices = [load_hardware(v.strip(), rec.power_mode) for v in hw.raw]
+        devices = devices_in(rec.power_mode)
     except InputError:
-        return None
+        try:
+            devices_in({**base, **gvals(0)}.get("power_mode"))
+        except (InputError, TypeError, AttributeError):
+            return None
+        if strict:
+            return None                   # the group by group path raises its first row's error
+        rec = _any_row(base, gvals(0), numeric)
+        if rec is None:                   # no row parses: refused for every device alike (they all
+            blocks = []                   # load), each with its own first row's message
+            for j in range(len(hw.raw)):
+                try:
+                    _parse({**base, **gvals(j), **first}, list(gvals(j).items()), execs=True)
+                    return None
+                except InputError as exc:
+                    blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),
+                                        invalid=str(exc)))
+            return blocks
+        devices = devices_in(rec.power_mode)
     if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
         return None
     parts: dict = {}
@@ -245,11 +265,7 @@ def _group_blocks(base: dict, group: list[Axis], numeric: list[Axis], gidx: tupl
     except InputError as exc:
         if strict:
             raise
-        # the first row may be the invalid one: any row of the group that parses will do (the
-        # numeric axes are arrays; their invalid rows are marked by check_block)
-        rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
-        rec = next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
-                                                list(gvals.items())) for r in rows)), None)
+        rec = _any_row(base, gvals, numeric)
         if rec is None:
             return [Block(None, index, [], label=label, invalid=str(exc))]
     if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
@@ -293,6 +309,14 @@ def runs(where: tuple):
             out.append((where[:i] + (slice(idx[start], idx[end - 1] + 1),) + where[i + 1:], k, (start, end)))
             start = end
     return out
+
+
+def _any_row(base: dict, gvals: dict, numeric: list[Axis]):
+    """The record of a row of the group after its first (the first may be the invalid one: any row
+    that parses will do; the numeric axes are arrays whose invalid rows check_block marks), or None."""
+    rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
+    return next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
+                                             list(gvals.items())) for r in rows)), None)
 
 
 def _parse_or_none(d: dict, pairs):
