@@ -145,3 +145,30 @@ def test_a_single_stacked_block_on_forked_workers(monkeypatch):
     monkeypatch.setattr(sweep_module, "evaluate_forked", lambda *a, **k: forked.append(1) or real(*a, **k))
     two = sweep(base, workers=2, chunk_rows=500, **axes)
     assert forked and one.equals(two)
+
+
+def test_many_groups_on_forked_workers_give_the_single_process_frame(monkeypatch):
+    base = dict(SPEC, batch_size=4, prompt_len=256)
+    axes = dict(hardware=GPUS, model=["llama-2-7b", "llama-68m"], strategy=["autoregressive", "speculative"],
+                n_devices=[1, 8], gen_len=[16, 64])
+    one = sweep(base, workers=1, on_invalid="mark", **axes)
+    calls = []
+    real = sweep_module.map_forked
+    monkeypatch.setattr(sweep_module, "map_forked", lambda *a, **k: calls.append(1) or real(*a, **k))
+    two = sweep(base, workers=2, on_invalid="mark", **axes)
+    assert calls and one.equals(two)
+    assert one["invalid_reason"].notna().sum() == 4 * 2 * 2      # llama-68m on 8 devices
+
+
+def test_an_error_in_a_forked_worker_reaches_the_caller():
+    from costmodel import InputError
+    from costmodel.fast.sweep_fork import map_forked
+
+    def run(t):
+        if t == 3:
+            raise InputError("bad row", field="batch_size")
+        return t * 2
+
+    assert map_forked(lambda t: t * 2, list(range(7)), 2) == [0, 2, 4, 6, 8, 10, 12]
+    with pytest.raises(InputError, match="bad row"):
+        map_forked(run, list(range(7)), 2)           # task 3 runs in the child

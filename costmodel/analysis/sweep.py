@@ -62,7 +62,7 @@ from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
 from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, runs
 from costmodel.analysis.sweep_output import write_frame
-from costmodel.fast.sweep_fork import can_fork, evaluate_forked
+from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.engine.roofline import operator_rows
@@ -203,7 +203,15 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
                 cols.cols, tasks = got, []
                 cols.written = dict.fromkeys(got, cols.n)
                 cols.coded = {k for k in CODE_KEYS if k in got}
-    for (b, (where, rows, _arrays, _rec)), res in _map(run, tasks, workers):
+        done_pairs = _map(run, tasks, workers)
+    elif workers > 1 and can_fork():
+        # several groups: dealt to forked processes, their results gathered here in grid order
+        tasks = list(tasks)
+        done_pairs = zip(tasks, map_forked(run, tasks, workers)) if len(tasks) >= 2 * workers else \
+            _map(run, tasks, 1)
+    else:
+        done_pairs = _map(run, tasks, workers)
+    for (b, (where, rows, _arrays, _rec)), res in done_pairs:
         for w, k, (s, e) in ((r, k, se or (0, 1)) for r, k, se in runs(where)):
             if isinstance(res, str):
                 invalid.mark(w, res)
