@@ -102,23 +102,31 @@ def test_invalid_groups_are_marked_and_valid_rows_stay_exact():
 
 
 def test_the_capacity_grid_is_a_few_blocks():
-    """Every device of one (model, strategy, dtype, devices) group in one block, split only where
-    the engine decides differently: which link a transfer takes."""
+    """Every device of one (model, strategy, dtype, devices) group in one block (each device takes
+    its own links inside the stack); fp8 weights one block per device."""
     base = dict(SPEC, batch_size=1, prompt_len=128)
     axes = plan_axes(base, dict(hardware=GPUS, model=["llama-2-7b"], n_devices=[1, 4, 8],
                                 strategy=["autoregressive", "speculative"], batch_size=[1, 2]))
-    blocks = group_blocks(base, axes)
-    # 1 device: one block; 4: h100-pcie (2 per node) apart; 8: a100-80gb and l4 together,
-    # h100-pcie and t4 (network for the all-reduces: spans nodes) together. Per strategy.
-    assert [b.members["hardware"] for b in blocks] == [[0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [1], [0, 2, 3], [1],
-                                                       [0, 3], [1, 2], [0, 3], [1, 2]]
+    assert [b.members["hardware"] for b in group_blocks(base, axes)] == [[0, 1, 2, 3]] * 6
+    base = dict(base, model="llama-2-7b")
+    axes = plan_axes(base, dict(hardware=GPUS, weight_dtype=["fp8", "int4"], batch_size=[1, 2]))
+    assert [b.members["hardware"] for b in group_blocks(base, axes)] == [[0], [1], [2], [3], [0, 1, 2, 3]]
 
 
-def test_hardware_signature_names_the_links_the_engine_chooses():
-    rec = parse_record(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=1, n_devices=4))
-    # (TP all-reduce, token-id return, draft link): over the network when the group spans nodes
-    assert hardware_signature(rec, load_hardware("a100-80gb"))[0] == (False, False, None)
-    assert hardware_signature(rec, load_hardware("h100-pcie"))[0] == (True, False, None)
+def test_each_device_of_a_stack_takes_its_own_links():
+    from costmodel.engine.parallel import draft_link, tp_link
+
+    devices = [load_hardware(g) for g in GPUS]
+    s = stack_hardware(devices, (4,))
+    # 8 devices: a node of 8 on a100-80gb and l4 (scale-up); 2 and 4 per node on h100-pcie and t4
+    want = [d.scale_up if d.devices_per_node >= 8 else d.network for d in devices]
+    assert tp_link(s, 8).bandwidth_bytes_per_s.tolist() == [w.bandwidth_bytes_per_s for w in want]
+    assert tp_link(s, 8).latency_s.tolist() == [w.latency_s for w in want]
+    # a draft next to 4 target devices: a free device in the node except on h100-pcie (2) and t4 (4)
+    want = [d.network if d.devices_per_node <= 4 else d.scale_up for d in devices]
+    assert draft_link(s, 4, "separate_device").latency_s.tolist() == [w.latency_s for w in want]
+    rec = parse_record(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=1, weight_dtype="fp8"))
+    assert hardware_signature(rec, devices[0]) != hardware_signature(rec, devices[1])
 
 
 def test_stack_reads_each_member():

@@ -23,7 +23,7 @@ from costmodel.inputs import dtypes
 from costmodel.errors import InputError
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
-from costmodel.engine import memory, parallel
+from costmodel.engine import memory
 from costmodel.engine.ops import Exec
 from costmodel.inputs.record import Record, parse_record
 from costmodel.inputs.runtime import load_runtime
@@ -61,17 +61,12 @@ def build_exec(rec: Record) -> Exec:
 
 
 def hardware_signature(rec: Record, hw) -> tuple:
-    """What the engine decides on (rather than computes with) about ``hw`` for ``rec``: the link of
-    the TP all-reduces, of each pipeline boundary and of the token-id return, the draft's link
-    (``costmodel.engine.parallel``), and for fp8 weights the device itself (whether it has fp8
-    units decides the compute dtype, and the note names it). Devices with one signature can be
-    priced together as a :class:`~costmodel.inputs.hardware.HardwareStack`."""
-    pp = rec.pipeline_parallel
-    tp = rec.tensor_parallel or rec.n_devices // pp
-    links = (parallel.tp_link(hw, tp, pp), *parallel.pp_boundary_links(hw, tp, pp), parallel.pp_return_link(hw, tp, pp),
-             parallel.draft_link(hw, tp * pp, rec.draft_placement))
-    return (tuple(None if x is None else x is hw.network for x in links),
-            hw.id if rec.weight_dtype == "fp8" else None)
+    """What the engine decides on (rather than computes with) about ``hw`` for ``rec`` beyond what a
+    :class:`~costmodel.inputs.hardware.HardwareStack` decides device by device (the links,
+    ``costmodel.engine.parallel``): for fp8 weights the device itself (whether it has fp8 units
+    decides the compute dtype, and the note names it). Devices with one signature can be priced
+    together as a stack."""
+    return (hw.id if rec.weight_dtype == "fp8" else None,)
 
 
 def build_draft(rec: Record, ex: Exec):

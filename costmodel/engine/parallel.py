@@ -51,7 +51,7 @@ import math
 
 import numpy as np
 
-from costmodel.inputs.hardware import Hardware, Link
+from costmodel.inputs.hardware import Hardware, HardwareStack, Link
 
 ALGORITHMS = ("auto", "ring", "tree")
 TOKEN_ID_BYTES = 4.0          # int32 token ids
@@ -87,8 +87,20 @@ def node_of(device: int, devices_per_node: int) -> int:
     return device // max(int(devices_per_node), 1)
 
 
+def _per_device(hw, pick) -> Link:
+    """``pick(device)`` for each device of a :class:`~costmodel.inputs.hardware.HardwareStack`, as one
+    Link whose α and β are arrays of the stack's shape (each device's own link's figures)."""
+    links = [pick(m) for m in hw.members]
+    return Link(type=links[0].type,
+                bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(hw.shape),
+                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(hw.shape))
+
+
 def _link_between(hw: Hardware, pairs) -> Link:
-    """The network if any (a, b) pair sits on different nodes, else the scale-up fabric."""
+    """The network if any (a, b) pair sits on different nodes, else the scale-up fabric (for a
+    stack of devices, each device's own choice)."""
+    if isinstance(hw, HardwareStack):
+        return _per_device(hw, lambda m: _link_between(m, pairs))
     dpn = hw.devices_per_node
     return hw.network if any(node_of(a, dpn) != node_of(b, dpn) for a, b in pairs) else hw.scale_up
 
@@ -159,6 +171,8 @@ def draft_link(hw: Hardware, n_target_devices: int, placement: str) -> Link | No
     """
     if placement == "same_device":
         return None
+    if isinstance(hw, HardwareStack):
+        return _per_device(hw, lambda m: draft_link(m, n_target_devices, placement))
     if placement == "separate_node" or n_target_devices >= hw.devices_per_node:
         return hw.network
     return hw.scale_up

@@ -167,8 +167,8 @@ class HardwareStack(Hardware):
     so a pass is priced for all members in one array evaluation, element for element the same
     floating-point operations as for each member alone. Built by :func:`stack_hardware` from members
     that agree on everything the engine branches on for the record they serve
-    (:func:`costmodel.engine.evaluate.hardware_signature`: which link each transfer takes, fp8
-    units); ``devices_per_node`` is the first member's (it only decides links)."""
+    (:func:`costmodel.engine.evaluate.hardware_signature`); the links are chosen device by device
+    (``costmodel.engine.parallel``); ``devices_per_node`` is the first member's and is read only there."""
 
     members: tuple = ()
     shape: tuple = ()
