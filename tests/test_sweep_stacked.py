@@ -102,12 +102,15 @@ def test_invalid_groups_are_marked_and_valid_rows_stay_exact():
 
 
 def test_the_capacity_grid_is_a_few_blocks():
-    """Every device of one (model, strategy, dtype, devices) group in one block (each device takes
-    its own links inside the stack); fp8 weights one block per device."""
+    """Every device of one (model, strategy, dtype) group in one block (each device takes its own
+    links inside the stack), device counts together where all are > 1 (one device has no all-reduce);
+    fp8 weights one block per device."""
     base = dict(SPEC, batch_size=1, prompt_len=128)
     axes = plan_axes(base, dict(hardware=GPUS, model=["llama-2-7b"], n_devices=[1, 4, 8],
                                 strategy=["autoregressive", "speculative"], batch_size=[1, 2]))
-    assert [b.members["hardware"] for b in group_blocks(base, axes)] == [[0, 1, 2, 3]] * 6
+    blocks = group_blocks(base, axes)
+    assert [b.members for b in blocks] == [{"n_devices": [1, 2], "hardware": [0, 1, 2, 3]}, {"hardware": [0, 1, 2, 3]}] * 2
+    assert [b.index.get("n_devices") for b in blocks] == [None, 0] * 2 and blocks[0].counts == (4, 8)
     base = dict(base, model="llama-2-7b")
     axes = plan_axes(base, dict(hardware=GPUS, weight_dtype=["fp8", "int4"], batch_size=[1, 2]))
     assert [b.members["hardware"] for b in group_blocks(base, axes)] == [[0], [1], [2], [3], [0, 1, 2, 3]]
@@ -180,3 +183,23 @@ def test_an_error_in_a_forked_worker_reaches_the_caller():
     assert map_forked(lambda t: t * 2, list(range(7)), 2) == [0, 2, 4, 6, 8, 10, 12]
     with pytest.raises(InputError, match="bad row"):
         map_forked(run, list(range(7)), 2)           # task 3 runs in the child
+
+
+def test_a_refused_grid_names_its_first_refused_row_in_grid_order():
+    """llama-68m (12 heads) on 8 devices is refused: with n_devices first, the first refused row
+    in grid order is (8, llama-68m, a100-80gb), however the groups are stacked."""
+    from costmodel import InputError
+
+    with pytest.raises(InputError) as err:
+        sweep(dict(SPEC, batch_size=1, prompt_len=64), n_devices=[8, 2], model=["llama-2-7b", "llama-68m"],
+              hardware=["a100-80gb", "t4"], strategy=["autoregressive", "speculative"])
+    assert "sweep (n_devices=8, model=llama-68m, hardware=a100-80gb, strategy=autoregressive)" in str(err.value)
+
+
+def test_device_counts_as_an_array_per_element():
+    """n_devices 2, 4, 8 in one block: each count's own heads per device, KV heads (rounded up),
+    all-reduce and link; identical to evaluate() for each."""
+    base = dict(model="llama-2-13b", hardware="h100-pcie", prompt_len=2048, weight_dtype="int8")
+    axes = dict(n_devices=[2, 4, 8], batch_size=[1, 32], strategy=["autoregressive", "shared_prefix"])
+    df = sweep(dict(base, n_branches=4, shared_prefix_len=1024), workers=1, **axes)
+    assert_every_row_is_evaluate(df, dict(base, n_branches=4, shared_prefix_len=1024), axes)

@@ -60,7 +60,7 @@ import numpy as np
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
 from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
 from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
-    check_block, grid_size, group_blocks, parse_axis, plan_axes, runs
+    check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
@@ -154,24 +154,24 @@ def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
             sl[cut] = slice(start, stop)
             where = list(base_where)
             for n, s in sl.items():
-                where[names.index(n)] = _positions(b.members[n][s]) if n in b.members else s
+                where[names.index(n)] = positions(b.members[n][s]) if n in b.members else s
             yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), _piece_record(b, sl)
 
 
-def _positions(idx: list):
-    """Value indices as a slice when contiguous, else the list (see sweep_grid.runs)."""
-    return slice(idx[0], idx[-1] + 1) if idx[-1] - idx[0] == len(idx) - 1 else list(idx)
-
-
 def _piece_record(b: Block, sl: dict):
-    """The block's record; with stacked devices, its ``hardware`` the piece's HardwareStack."""
+    """The block's record; with stacked devices, its ``hardware`` the piece's HardwareStack and its
+    ``n_devices`` an array of the piece's device counts."""
     if not b.members:
         return b.rec
-    k = b.vec.index("hardware")
-    devices = b.stack[sl.get("hardware", slice(None))]
-    shape = [1] * len(b.vec)
-    shape[k] = len(devices)
-    return dataclasses.replace(b.rec, hardware=stack_hardware(devices, shape))
+    changes = {}
+    for name, values in (("hardware", b.stack), ("n_devices", b.counts)):
+        if name in b.members:
+            chosen = values[sl.get(name, slice(None))]
+            shape = [1] * len(b.vec)
+            shape[b.vec.index(name)] = len(chosen)
+            changes[name] = (stack_hardware(chosen, shape) if name == "hardware"
+                             else np.asarray(chosen, dtype=np.int64).reshape(shape))
+    return dataclasses.replace(b.rec, **changes)
 
 
 def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1,
@@ -316,7 +316,7 @@ def _number_or_nan(text) -> float:
 def _evaluate_piece(rec, arrays) -> dict:
     """evaluate()'s keys for one piece: arrays from evaluate_arrays, the record-level keys
     (model, n_devices_total, tree_parents, …) from evaluate() on the piece's record."""
-    if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack)):
+    if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack) and not np.ndim(rec.n_devices)):
         return _flat(evaluate(rec))
     with operator_rows(False):            # the per-operator breakdown is not a column
         res = evaluate_arrays(rec, arrays, bound_codes=True)

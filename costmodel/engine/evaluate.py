@@ -49,7 +49,7 @@ def build_exec(rec: Record) -> Exec:
     kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
-    if model.n_heads % tp:
+    if np.any(model.n_heads % tp):
         raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
                          field="tensor_parallel", value=tp,
                          allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))

@@ -105,6 +105,8 @@ class Exec:
     @functools.cached_property
     def kv_heads_per_device(self) -> int:
         """KV heads held per device: split across TP, replicated when kv_heads < tp."""
+        if np.ndim(self.tp):              # device counts as an array (a sweep's n_devices axis)
+            return np.ceil(self.model.n_kv_heads / self.tp)
         return math.ceil(self.model.n_kv_heads / self.tp)
 
     @functools.cached_property
@@ -267,7 +269,7 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     else:
         ops.append(gemm("ffn", m.expert_params / tp, t, d, d, ex))
     ops.append(AffineOp("ffn_activation", "vector", L, t, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
-    if tp > 1:
+    if np.all(np.greater(tp, 1)):       # (an array of device counts is all 1 or all > 1)
         from costmodel.engine.parallel import allreduce_time_s, tp_link
         msg = t * d * act
         ops.append(Op("allreduce", "comm", 2 * L, hbm_bytes=0.0,

@@ -64,7 +64,7 @@ def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring")
     auto: the smaller of the two for each message (NCCL picks its algorithm per message size);  0 for n = 1.
     """
     s = np.asarray(message_bytes, dtype=float)
-    if n <= 1:
+    if np.all(np.less_equal(n, 1)):         # (an array of device counts is all 1 or all > 1)
         return np.zeros_like(s)
     if algorithm == "auto":
         return np.minimum(allreduce_time_s(s, n, link, "ring"), allreduce_time_s(s, n, link, "tree"))
@@ -96,6 +96,21 @@ def _per_device(hw, pick) -> Link:
                 latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(hw.shape))
 
 
+def _per_element(hw, n, pick) -> Link:
+    """``pick(device, count)`` for every element of the device counts ``n`` (an array) and of the
+    devices (a :class:`~costmodel.inputs.hardware.HardwareStack`, or one device), as one Link whose
+    α and β are arrays of their broadcast shape."""
+    stack = isinstance(hw, HardwareStack)
+    members, hshape = (hw.members, hw.shape) if stack else ((hw,), ())
+    shape = np.broadcast_shapes(hshape, np.shape(n))
+    which = np.broadcast_to(np.arange(len(members)).reshape(hshape) if stack else 0, shape)
+    counts = np.broadcast_to(n, shape)
+    links = [pick(members[which[i]], int(counts[i])) for i in np.ndindex(shape)]
+    return Link(type=links[0].type,
+                bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(shape),
+                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(shape))
+
+
 def _link_between(hw: Hardware, pairs) -> Link:
     """The network if any (a, b) pair sits on different nodes, else the scale-up fabric (for a
     stack of devices, each device's own choice)."""
@@ -108,6 +123,8 @@ def _link_between(hw: Hardware, pairs) -> Link:
 def tp_link(hw: Hardware, tp: int, pp: int = 1) -> Link:
     """Link of the TP all-reduces: the network when any stage's TP group (devices s·tp … s·tp+tp−1)
     spans nodes — always when tp > devices_per_node — else the scale-up fabric."""
+    if np.ndim(tp):
+        return _per_element(hw, tp, lambda h, t: tp_link(h, t, pp))
     if tp <= 1:
         return hw.scale_up
     return _link_between(hw, [(s * tp, s * tp + tp - 1) for s in range(pp)])
