@@ -276,7 +276,14 @@ def runs(where: tuple):
 
 def _any_row(base: dict, gvals: dict, numeric: list[Axis]):
     """The record of a row of the group after its first (the first may be the invalid one: any row
-    that parses will do; the numeric axes are arrays whose invalid rows check_block marks), or None."""
+    that parses will do; the numeric axes are arrays whose invalid rows check_block marks), or None.
+    None at once when the first row parses but its model does not run on its devices: that does
+    not depend on the numeric fields."""
+    try:
+        _parse({**base, **gvals, **{a.name: a.values[0] for a in numeric}}, list(gvals.items()))
+        return None
+    except InputError:
+        pass
     rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
     return next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
                                              list(gvals.items())) for r in rows)), None)

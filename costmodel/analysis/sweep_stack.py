@@ -95,7 +95,7 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
         return None
     ns = [rec.n_devices]
-    for c in counts[1:]:                  # the run's other device counts (they parse: _device_runs)
+    for c in counts[1:]:                  # the run's other device counts (they parse: device_runs)
         ns.append(_parse({**base, **gvals(0, c), **first}, list(gvals(0, c).items())).n_devices)
     parts: dict = {}
     for j, d in enumerate(devices):

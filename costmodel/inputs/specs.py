@@ -168,6 +168,10 @@ def zoo_ids(kind: str) -> list[str]:
     return sorted(p.stem for p in zoo_dir(kind).glob("*.yaml"))
 
 
+#: (zoo, id) -> its file, once found (the bundled zoo does not change while the process runs)
+_ZOO_FILES: dict = {}
+
+
 def resolve(kind: str, id_or_path, field: str) -> Path:
     """Zoo id (case-insensitive) or a path to a file -> Path; unknown ids list close matches."""
     def allowed():
@@ -189,8 +193,12 @@ def resolve(kind: str, id_or_path, field: str) -> Path:
         hint = (f" (the bundled '{stem}' is written without a path: {field}={stem})"
                 if stem in zoo_ids(kind) else "")
         raise InputError(("not a file" if _path_test(p.exists) else "file not found") + hint, source=s, field=field)
+    hit = _ZOO_FILES.get((kind, s.lower()))
+    if hit is not None:
+        return hit
     cand = zoo_dir(kind) / f"{s.lower()}.yaml"
     if _path_test(cand.is_file):
+        _ZOO_FILES[(kind, s.lower())] = cand
         return cand
     ids = zoo_ids(kind)
     raise InputError(f"unknown id {_short(s)}{suggest(s.lower(), ids)}", field=field, allowed=allowed())
