@@ -18,12 +18,15 @@ How it is evaluated (DESIGN §6: no Python loop per row):
   tree shape, … (everything but :data:`costmodel.engine.evaluate.NUMERIC_AXES`). Each group is one call of
   :func:`costmodel.engine.evaluate.evaluate_arrays` with the numeric axes as numpy arrays shaped to
   broadcast against each other (batch (n, 1) × prompt (1, m)), so work that depends on one axis
-  only is done once per value of that axis. Groups are cut into chunks of ``chunk_rows`` rows
-  (32768 by default: arrays that stay in the CPU cache) along their first numeric axis; the
+  only is done once per value of that axis. The ``hardware`` axis (as a HardwareStack) and the
+  ``n_devices`` axis (device counts above one) are arrays too, where the engine prices their values
+  alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
+  (32768 by default: arrays that stay in the CPU cache) along their first vectorised axis; the
   per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
   evaluated on forked processes that write into shared output columns (:mod:`costmodel.fast.sweep_fork`:
-  threads do not help, the Python between numpy calls holds the GIL); on platforms without
-  ``fork``, in a process with other threads running, or for several groups, on threads.
+  threads do not help, the Python between numpy calls holds the GIL), a grid of several groups on
+  forked processes that send their chunks' results back; on platforms without ``fork`` or in a
+  process with other threads running, on threads.
 * For token trees the acceptance figures pick the tree's shape, so ``acceptance_rate`` and
   ``mean_accepted_tokens`` are looped over there; ``tree_shape=optimal_for_hardware`` searches a
   tree per configuration and is evaluated row by row.
