@@ -150,6 +150,7 @@ def test_runs_split_a_member_list_into_slices():
 def test_a_single_stacked_block_on_forked_workers(monkeypatch):
     base = dict(model="llama-2-7b", prompt_len=512)
     axes = dict(hardware=GPUS[:1] + GPUS[3:], batch_size=list(range(1, 2001)))   # 8 per node: one block
+    monkeypatch.setattr(sweep_module, "can_fork", lambda: True)   # threads an earlier test left behind
     one = sweep(base, workers=1, chunk_rows=500, **axes)
     forked = []
     real = sweep_module.evaluate_forked
@@ -162,6 +163,7 @@ def test_many_groups_on_forked_workers_give_the_single_process_frame(monkeypatch
     base = dict(SPEC, batch_size=4, prompt_len=256)
     axes = dict(hardware=GPUS, model=["llama-2-7b", "llama-68m"], strategy=["autoregressive", "speculative"],
                 n_devices=[1, 8], gen_len=[16, 64])
+    monkeypatch.setattr(sweep_module, "can_fork", lambda: True)
     one = sweep(base, workers=1, on_invalid="mark", **axes)
     calls = []
     real = sweep_module.map_forked
