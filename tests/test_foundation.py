@@ -1,4 +1,4 @@
-"""Issue 2's must-show figures, computed through the public API."""
+"""The foundation's reference figures (AR decoding, memory, hardware and model zoos), through the public API."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Issue 3: speculative, tree and shared-prefix strategies through the public API."""
+"""Speculative, tree and shared-prefix strategies through the public API."""
 
 import glob
 import json

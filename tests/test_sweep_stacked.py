@@ -61,7 +61,8 @@ def test_draft_on_its_own_device_fp8_and_pipeline_stages():
     one block per device; a separate draft device and pipeline stages take per-device links."""
     base = dict(SPEC, model="llama-2-13b", strategy="speculative", draft_placement="separate_device",
                 pipeline_parallel=2)
-    axes = dict(hardware=GPUS + ["h100-sxm"], weight_dtype=["fp8", "fp16"], n_devices=[2, 4], batch_size=[1, 32],
+    axes = dict(hardware=GPUS + ["h100-sxm", "b200"], weight_dtype=["fp8", "nvfp4", "fp16"], n_devices=[2, 4],
+                batch_size=[1, 32],
                 prompt_len=[256])
     df = sweep(base, workers=1, **axes)
     assert_every_row_is_evaluate(df, base, axes)
@@ -205,3 +206,15 @@ def test_device_counts_as_an_array_per_element():
     axes = dict(n_devices=[2, 4, 8], batch_size=[1, 32], strategy=["autoregressive", "shared_prefix"])
     df = sweep(dict(base, n_branches=4, shared_prefix_len=1024), workers=1, **axes)
     assert_every_row_is_evaluate(df, dict(base, n_branches=4, shared_prefix_len=1024), axes)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "gpt-oss-120b", "gemma-2-9b"])
+def test_stacked_rows_for_mla_moe_and_windowed_attention(model):
+    """MLA (one latent per rank), MoE with shared experts, windowed attention: every row of a
+    hardware × device-count stack is still evaluate()'s."""
+    base = dict(model=model, prompt_len=4096, weight_dtype="int4")
+    axes = dict(hardware=["h100-sxm", "mi300x", "b200", "a100-80gb"], n_devices=[2, 4, 8], batch_size=[1, 64])
+    df = sweep(base, workers=1, on_invalid="mark", **axes)
+    ok = df[df["invalid_reason"].isna()].drop(columns="invalid_reason").reset_index(drop=True)
+    assert len(ok)
+    assert_every_row_is_evaluate(ok, base, axes)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown
 from costmodel.inputs.record import parse_record
 
 from costmodel.analysis.claims_load import Claimed, ErrorBand, higher_is_better
@@ -38,13 +38,21 @@ def _override(fields: dict, over: dict) -> dict:
 def _hw_metric(rec, metric: str) -> float:
     from costmodel.inputs.hardware import load_hardware
     hw = load_hardware(rec.hardware, rec.power_mode)
+    import dataclasses
+
+    from costmodel.inputs.hardware import DTYPES
     key = metric.split(".", 1)[1]
+    allowed = ("hardware.<a numeric field of the hardware spec, e.g. bandwidth_bytes_per_s, capacity_bytes, "
+               "usable_bytes, l2_bytes>, hardware.matrix_flops_per_s.<dtype>")
     if key.startswith("matrix_flops_per_s"):
-        return hw.matrix_peak(key.split(".", 1)[1] if "." in key else "fp16")
-    if not hasattr(hw, key):
-        raise InputError(f"unknown hardware metric {metric!r}", field="metric",
-                         allowed="hardware.bandwidth_bytes_per_s, hardware.capacity_bytes, hardware.usable_bytes, "
-                                 "hardware.l2_bytes, hardware.matrix_flops_per_s.<dtype>")
+        dt = key.split(".", 1)[1] if "." in key else "fp16"
+        if dt not in DTYPES:
+            raise InputError(f"unknown dtype in {shown(metric)}", field="metric", allowed=", ".join(DTYPES))
+        return hw.matrix_peak(dt)
+    numeric = {f.name for f in dataclasses.fields(hw)
+               if isinstance(getattr(hw, f.name), (int, float)) and not isinstance(getattr(hw, f.name), bool)}
+    if key not in numeric:          # only the spec's numeric fields: never an attribute such as __class__
+        raise InputError(f"unknown hardware metric {shown(metric)}", field="metric", allowed=allowed)
     return float(getattr(hw, key))
 
 
@@ -118,7 +126,7 @@ class Predictor:
             v = self.out[metric]
         else:
             allowed = sorted(k for k, x in self.out.items() if isinstance(x, (int, float, bool, str)))
-            raise InputError(f"unknown metric {metric!r}", field="metric",
+            raise InputError(f"unknown metric {shown(metric)}", field="metric",
                              allowed=", ".join(allowed + sorted(DERIVED)) + ", hardware.<field>, or a+b")
         self._cache[metric] = v
         return v
@@ -232,43 +240,53 @@ def unit_of(metric: str) -> str:
 
 
 def bound_violation(metric: str, c: Claimed, lim: Limits, relative=False) -> str | None:
-    """Reason text if the claimed figure breaks a hard bound, else None."""
+    """Reason text naming every hard bound the claimed figure breaks, else None."""
+    found = bound_violations(metric, c, lim, relative)
+    return "; ".join(found) if found else None
+
+
+def bound_violations(metric: str, c: Claimed, lim: Limits, relative=False) -> list:
+    """Every hard bound (module docstring of costmodel.analysis.claims) the claimed figure breaks, as reason
+    texts."""
     if relative or c.kind in ("bool", "name"):
-        return None
-    hb = higher_is_better(metric)
-    x = _best_end(c, hb)
+        return []
+    x = _best_end(c, higher_is_better(metric))
     if not math.isfinite(x):
-        return None
+        return []
+    return list(_violations(metric, x, lim))
+
+
+def _violations(metric: str, x: float, lim: Limits):
+    """Yields the reason text of each bound that ``x`` (the claim's least extreme reading) breaks."""
     tf, tau = lim.t_floor, lim.tau_b
     floor_txt = f"the floor of {fmt_figure(tf, 's')} per step ({lim.t_floor_basis})"
     if metric == "step_latency_s" and x < tf:
-        return f"a step of {fmt_figure(x, 's')} beats {floor_txt}"
+        yield f"a step of {fmt_figure(x, 's')} beats {floor_txt}"
     if metric == "time_per_output_token_s" and x < tf / tau:
-        return f"{fmt_figure(x, 's')} per token beats {floor_txt} ÷ τ = {tau:.2f}"
+        yield f"{fmt_figure(x, 's')} per token beats {floor_txt} ÷ τ = {tau:.2f}"
     if metric == "tokens_per_s_per_seq" and x > tau / tf:
-        return (f"{x:.3g} tokens/s per sequence exceeds τ / floor = {tau:.2f} / {fmt_figure(tf, 's')} = "
-                f"{tau / tf:.3g} ({lim.t_floor_basis})")
+        yield (f"{x:.3g} tokens/s per sequence exceeds τ / floor = {tau:.2f} / {fmt_figure(tf, 's')} = "
+               f"{tau / tf:.3g} ({lim.t_floor_basis})")
     if metric == "tokens_per_s":
         cap_bw = lim.seqs * tau / tf
         if x > lim.tps_ceiling_compute:
-            return (f"{x:.3g} tokens/s exceeds the compute ceiling of {lim.tps_ceiling_compute:.3g} "
-                    f"(every token costs at least one target forward pass)")
+            yield (f"{x:.3g} tokens/s exceeds the compute ceiling of {lim.tps_ceiling_compute:.3g} "
+                   f"(every token costs at least one target forward pass)")
         if x > cap_bw:
-            return (f"{x:.3g} tokens/s exceeds sequences × τ / floor = {lim.seqs:.0f} × {tau:.2f} / {fmt_figure(tf, 's')} "
-                    f"= {cap_bw:.3g} ({lim.t_floor_basis})")
+            yield (f"{x:.3g} tokens/s exceeds sequences × τ / floor = {lim.seqs:.0f} × {tau:.2f} / {fmt_figure(tf, 's')} "
+                   f"= {cap_bw:.3g} ({lim.t_floor_basis})")
     if metric == "speedup_vs_ar" and x > tau * (1 + 1e-9) and tau >= 1:
-        return f"a speedup of {x:.3g}× needs more than the τ = {tau:.2f} tokens per step the claim's acceptance gives"
+        yield f"a speedup of {x:.3g}× needs more than the τ = {tau:.2f} tokens per step the claim's acceptance gives"
     if metric in ("tokens_per_step", "mean_accepted_tokens") and x > lim.tau_struct + 1e-9:
-        return f"{x:.3g} tokens per step exceeds the structural maximum {lim.tau_struct:.0f} (γ+1 / depth+1)"
+        yield f"{x:.3g} tokens per step exceeds the structural maximum {lim.tau_struct:.0f} (γ+1 / depth+1)"
     if metric == "ttft_s" and x < lim.ttft_floor:
-        return f"a time to first token of {fmt_figure(x, 's')} beats the prefill floor of {fmt_figure(lim.ttft_floor, 's')}"
+        yield f"a time to first token of {fmt_figure(x, 's')} beats the prefill floor of {fmt_figure(lim.ttft_floor, 's')}"
     if metric == "e2e_latency_s" and x < (lim.gen_len - 1) / tau * tf:
-        return (f"{fmt_figure(x, 's')} end to end beats (gen_len − 1)/τ × floor = "
-                f"{fmt_figure((lim.gen_len - 1) / tau * tf, 's')}")
+        yield (f"{fmt_figure(x, 's')} end to end beats (gen_len − 1)/τ × floor = "
+               f"{fmt_figure((lim.gen_len - 1) / tau * tf, 's')}")
     if metric == "peak_device_memory_bytes" and x < lim.mem_floor:
-        return (f"a peak of {fmt_figure(x, 'B')} is below the {fmt_figure(lim.mem_floor, 'B')} of weights and prompt KV that must "
-                f"be resident")
-    return None
+        yield (f"a peak of {fmt_figure(x, 'B')} is below the {fmt_figure(lim.mem_floor, 'B')} of weights and prompt KV that must "
+               f"be resident")
 
 
 def band_verdict(metric: str, c: Claimed, pred, band: float, basis: str, relative: bool = False) -> tuple[str, str]:

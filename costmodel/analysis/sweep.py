@@ -8,11 +8,11 @@
 
 Rows are the Cartesian product of the axes in the order given (the last axis varies fastest,
 like ``itertools.product``); each row equals ``evaluate(base_record | that row's axis values)``.
-Columns: the axes (their parsed values), then every key ``evaluate()`` returns (DESIGN §4 outputs
-and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
+Columns: the axes (their parsed values), then every key ``evaluate()`` returns (the outputs of
+docs/design.md and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
 ``tree_depth``), the column holds the axis value; ``evaluate()`` would report the resolved one.
 
-How it is evaluated (DESIGN §6: no Python loop per row):
+How it is evaluated (no Python loop per row):
 
 * The grid is grouped by the axes that fix the model, hardware, runtime, strategy, dtypes, devices,
   tree shape, … (everything but :data:`costmodel.engine.evaluate.NUMERIC_AXES`). Each group is one call of
@@ -32,10 +32,10 @@ How it is evaluated (DESIGN §6: no Python loop per row):
   tree per configuration and is evaluated row by row.
 * Validation: each group's record goes through :func:`costmodel.inputs.record.parse_record` (a real
   row of the grid: the group's values and the first value of every numeric axis); each distinct
-  numeric axis value is converted once with the limits of ``record.py``; the checks that tie
-  numeric fields together (``shared_prefix_len <= prompt_len``, 1 <= τ <= γ+1, α and τ agreeing)
-  run vectorised over the grid, and the first offending row is re-parsed so that the message is
-  exactly ``parse_record``'s, naming the axis.
+  numeric axis value is converted once with its type and range from :mod:`costmodel.inputs.fields`;
+  the rules that tie numeric fields together (:mod:`costmodel.inputs.rules`: ``shared_prefix_len <=
+  prompt_len``, τ <= γ+1, α and τ agreeing) run vectorised over the grid, and the first offending
+  row is re-parsed so that the message is exactly ``parse_record``'s, naming the axis.
 
 ``engine="dask"`` cuts the grid into chunks of about ``chunk_rows`` rows and evaluates them on a
 ``dask.distributed`` cluster (a ``LocalCluster`` by default, or the scheduler address / Client
@@ -64,13 +64,14 @@ from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_o
 from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
 from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
-from costmodel.analysis.sweep_output import write_frame
+from costmodel.analysis.sweep_output import check_output, write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.engine.roofline import operator_rows
+from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
 from costmodel.inputs.hardware import HardwareStack, stack_hardware
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, parse_record
+from costmodel.inputs.record import Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -86,12 +87,12 @@ _SOURCE = "sweep"
 
 # ----------------------------------------------------------------------------------------- engine
 
-def _plan(base: dict, axes_in: dict, on_invalid: str = "error"):
+def _plan(base: dict, axes_in: dict, on_invalid: str = "error", in_memory: bool = True):
     """Parse the axes and the groups' records and run every check, before any evaluation. Returns
     (axes, axes by name, names, blocks, invalid rows): with ``on_invalid="error"`` the first
     invalid row raises; otherwise invalid rows are recorded in an :class:`InvalidRows`."""
     strict = on_invalid == "error"
-    axes_l = plan_axes(base, axes_in, strict)
+    axes_l = plan_axes(base, axes_in, strict, in_memory)
     axes = {a.name: a for a in axes_l}
     blocks = group_blocks(base, axes_l, strict)
     names = [a.name for a in axes_l]
@@ -294,10 +295,10 @@ def _axis_array(a: Axis) -> np.ndarray:
         for i in a.refused:
             raw = a.raw[i]
             vals[i] = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _number_or_nan(raw)
-        ints = a.name in INT_FIELDS and all(isinstance(v, int) for v in vals)
+        ints = BY_NAME[a.name].kind == "int" and all(isinstance(v, int) for v in vals)
         return np.asarray(vals, dtype=np.int64 if ints else float)
     if a.numeric:
-        return np.asarray(vals, dtype=np.int64 if a.name in INT_FIELDS else float)
+        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
     if all(isinstance(v, bool) for v in vals):
         return np.asarray(vals, dtype=bool)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
@@ -359,7 +360,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
           workers: int | None = None, output=None, progress=None, on_invalid: str = "error", **axes):
     """Evaluate the Cartesian grid of ``axes`` over ``base_record`` -> ``pandas.DataFrame``.
 
-    ``base_record``: a record mapping (DESIGN §4) with the fields that do not vary.
+    ``base_record``: a record mapping (fields: ``costmodel eval --help``) with the fields that do not vary.
     ``axes``: field -> values (list/range/array, or text ``"1,8,64"`` / ``"16:16000:16"``; see
     :func:`parse_axis`). Row i equals ``evaluate(base_record | row i's axis values)``: the same
     formulas and floating-point operations, run on arrays (module docstring).
@@ -381,8 +382,12 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     """
     base = _base_dict(base_record)
     on_invalid = check_on_invalid(on_invalid)
-    if chunk_rows is not None and (not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1):
-        raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}", source=_SOURCE)
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer))
+                                   or chunk_rows < 1):
+        raise InputError(f"chunk_rows must be a positive integer, got {_short_value(chunk_rows)}", source=_SOURCE,
+                         field="chunk_rows")
+    if engine in (None, "numpy", "local", "dask"):
+        output = check_output(output, engine)
     if engine in (None, "numpy", "local"):
         df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers), on_invalid)
         if output is not None:
@@ -398,9 +403,23 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
 def _workers(n, default=None) -> int:
     if n is None:
         return default if default is not None else max(1, min(os.cpu_count() or 1, 8))
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"workers must be a positive integer, got {n!r}", source=_SOURCE, field="workers")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"workers must be a positive integer, got {_short_value(n)}", source=_SOURCE,
+                         field="workers")
+    most = max_workers()
+    if n > most:
+        raise InputError(f"workers = {int(n)} is more than this machine's {os.cpu_count() or 1} CPUs", source=_SOURCE,
+                         field="workers", allowed=f"1 to {most} (the CPU count, at least 2)")
     return int(n)
+
+
+def max_workers() -> int:
+    """Most sweep workers: the CPU count (each worker is a busy process), at least 2."""
+    return max(2, os.cpu_count() or 1)
+
+
+def _short_value(v) -> str:
+    return repr(v) if isinstance(v, (int, float, np.integer, np.floating)) else f"a {type(v).__name__}"
 
 
 def _base_dict(base_record) -> dict:

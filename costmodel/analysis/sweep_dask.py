@@ -5,6 +5,7 @@ by the worker as a Parquet part or streamed to CSV in row order). Used by
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 
@@ -15,7 +16,8 @@ from costmodel.analysis.sweep import CHUNK_ROWS, _SOURCE, _axis_array, _flat, _p
 from costmodel.analysis.sweep_columns import array_kind, value_kind
 from costmodel.analysis.sweep_grid import parse_axis
 from costmodel.analysis.sweep_invalid import REASON_COLUMN
-from costmodel.analysis.sweep_output import need_parquet, write_frame
+from costmodel.analysis.sweep_output import write_csv
+from costmodel.inputs.outputs import atomic_open, staged_dir
 from costmodel.engine.evaluate import evaluate
 from costmodel.errors import InputError
 
@@ -46,11 +48,12 @@ def grid_chunks(axes: dict, chunk_rows: int) -> list[dict]:
     return out
 
 
-def schema(base: dict, axes: dict, on_invalid: str = "error", nullable_bool: bool = False) -> tuple[list, dict]:
+def schema(base: dict, axes: dict, on_invalid: str = "error", nullable_bool: bool = False,
+           in_memory: bool = True) -> tuple[list, dict]:
     """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema). A bool
     column that some rows lack is ``object`` (True / False / None), or with ``nullable_bool``
     pandas' ``boolean``."""
-    axes_l, axes_d, names, blocks, invalid = _plan(base, axes, on_invalid)
+    axes_l, axes_d, names, blocks, invalid = _plan(base, axes, on_invalid, in_memory)
     blocks = [b for b in blocks if b.invalid is None]
     cols: list = list(names)
     kinds: dict = {n: array_kind(_axis_array(a)) for n, a in zip(names, axes_l)}
@@ -96,45 +99,54 @@ def _dask_task(base: dict, sub_axes: dict, workers: int, columns: list, dtypes: 
 
 
 def _prepare_parts_dir(out: str, n: int) -> list:
-    """Create the Parquet directory (a local path, or an fsspec URL such as s3://bucket/grid.parquet),
-    remove parts of an earlier run, and return the n part paths (absolute, as workers see them)."""
-    if "://" in out:
-        from fsspec.core import url_to_fs
-        fs, root = url_to_fs(out)
-        fs.makedirs(root, exist_ok=True)
-        for f in fs.ls(root, detail=False):
-            name = f.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith("part.") and name.endswith(".parquet"):
-                fs.rm(f)
-        return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):                     # parts of an earlier run would mix in
-        if f.startswith("part.") and f.endswith(".parquet"):
-            os.remove(os.path.join(out, f))
-    return [os.path.join(os.path.abspath(out), f"part.{i:05d}.parquet") for i in range(n)]
+    """An fsspec URL (such as s3://bucket/grid.parquet): create the directory, remove parts of an
+    earlier run, and return the n part paths. (A local path is written to a staging directory
+    instead: :func:`costmodel.inputs.outputs.staged_dir`.)"""
+    from fsspec.core import url_to_fs
+    fs, root = url_to_fs(out)
+    fs.makedirs(root, exist_ok=True)
+    for f in fs.ls(root, detail=False):
+        name = f.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith("part.") and name.endswith(".parquet"):
+            fs.rm(f)
+    return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
+
+
+def _local_parts(folder: str, n: int) -> list:
+    return [os.path.join(os.path.abspath(folder), f"part.{i:05d}.parquet") for i in range(n)]
 
 
 def sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progress, workers: int = 1,
-                on_invalid: str = "error"):
+               on_invalid: str = "error"):
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
         raise InputError("engine='dask' needs dask.distributed, which is not installed; install it with "
                          "pip install 'costmodel[dask]' (or pip install 'dask[distributed]' pyarrow)",
                          source=_SOURCE, field="engine") from None
-    import pandas as pd
-
-    columns, dtypes = schema(base, axes, on_invalid)         # validates the whole grid here, before any task
+    columns, dtypes = schema(base, axes, on_invalid, in_memory=output is None)       # validates the whole grid here, before any task
     chunks = grid_chunks(axes, chunk_rows)
     sizes = [int(np.prod([len(parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
     total = sum(sizes)
     out = None if output is None else os.fspath(output)
     to_csv = out is not None and out.lower().endswith(".csv")
-    parts = None
-    if out is not None and not to_csv:
-        need_parquet()
-        parts = _prepare_parts_dir(out, len(chunks))
+    with contextlib.ExitStack() as stack:
+        parts = None
+        if out is not None and not to_csv:
+            if "://" in out:
+                parts = _prepare_parts_dir(out, len(chunks))
+            else:           # parts go to a staging directory that replaces ``out`` when complete
+                parts = _local_parts(stack.enter_context(staged_dir(out)), len(chunks))
+        fh = stack.enter_context(atomic_open(out, "wb")) if to_csv else None
+        return _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh,
+                         out, progress, Client, LocalCluster, as_completed, on_invalid)
 
+
+def _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh, out, progress,
+              Client, LocalCluster, as_completed, on_invalid: str = "error"):
+    import pandas as pd
+
+    to_csv = fh is not None
     cluster = client = None
     if isinstance(scheduler, Client):
         client = scheduler
@@ -165,7 +177,7 @@ def sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progr
         if to_csv:
             done = 0
             for i, f in enumerate(futures):       # in row order, one chunk in memory at a time
-                write_frame(f.result(), out, append=i > 0)
+                write_csv(f.result(), fh, header=i == 0)
                 f.release()
                 done += sizes[i]
                 if progress is not None:

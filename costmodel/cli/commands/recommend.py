@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown
 
 
 def _range(text: str, name: str):
     parts = text.replace("..", ":").split(":")
     try:
+        if len(parts) > 2 or not text.isascii():
+            raise ValueError(text)
         vals = [float(p) for p in parts]
     except ValueError:
-        raise InputError(f"expected LOW:HIGH in SI units, got {text!r}", field=name,
+        raise InputError(f"expected LOW:HIGH in SI units, got {shown(text)}", field=name,
                          allowed="e.g. 3e11:3.35e12") from None
     if len(vals) == 1:
         vals = vals * 2
-    if len(vals) != 2:
-        raise InputError(f"expected LOW:HIGH, got {text!r}", field=name)
-    return tuple(vals)
+    return tuple(vals)     # finiteness and physical range: costmodel.analysis.recommend
 
 
 def cmd_recommend(args):
@@ -36,7 +36,11 @@ def cmd_recommend(args):
     if args.format == "json":
         emit(args, res)
         return
-    if "win_probability" in res:
+    if res.get("mode") == "under load":
+        from costmodel.cli.commands.plan import LOAD_COLUMNS
+        rows = res["candidates"]
+        cols = LOAD_COLUMNS
+    elif "win_probability" in res:
         rows = res["candidates"]
         cols = (("strategy", "strategy", None, "{}"), ("win_probability", "win prob", 1, "{:.2f}"),
                 ("worst_case_ratio", "worst ratio to best", 1, "{:.2f}"),
@@ -49,9 +53,10 @@ def cmd_recommend(args):
             r["config"] = ", ".join(f"{k}={v}" for k, v in c["config"].items())
             rows.append(r)
         cols = (("strategy", "strategy", None, "{}"), ("config", "config", None, "{}"),
-                ("tokens_per_s", "tok/s", 1, "{:.1f}"), ("tokens_per_s_per_seq", "tok/s/seq", 1, "{:.1f}"),
-                ("step_latency_s", "step ms", 1e3, "{:.2f}"), ("tokens_per_step", "tok/step", 1, "{:.2f}"),
-                ("speedup_vs_ar", "vs AR", 1, "{:.2f}x"), ("peak_device_memory_bytes", "peak GB", 1e-9, "{:.1f}"),
+                ("tokens_per_s", "tok/s total", 1, "{:.1f}"), ("tokens_per_s_per_seq", "tok/s/seq", 1, "{:.1f}"),
+                ("step_latency_s", "step ms", 1e3, "{:.2f}"), ("tokens_per_step", "tok/step/seq", 1, "{:.2f}"),
+                ("speedup_vs_ar", "vs AR", 1, "{:.2f}x"),
+                ("peak_device_memory_bytes", "peak GB/device", 1e-9, "{:.1f}"),
                 ("fits", "fits", None, "{}"), ("bound", "bound", None, "{}"), ("ratio_to_best", "vs best", 1, "{:.2f}"))
     if args.format == "csv":
         emit(args, res, rows=[{k: r.get(k) for k, *_ in cols} for r in rows])
@@ -64,6 +69,9 @@ def cmd_recommend(args):
         print(f"note: {n}")
     print()
     print(fmt.table(rows, cols))
+    if "win_probability" not in res:
+        print("tok/s total: all sequences over all devices; tok/s/seq and tok/step/seq: one sequence; "
+              "peak GB/device: the most loaded device")
 
 
 def register(sub, common):

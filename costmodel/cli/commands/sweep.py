@@ -90,8 +90,9 @@ class _Progress:
 def cmd_sweep(args):
     from costmodel.cli import format as fmt
     from costmodel.cli.main import parse_kv
-    from costmodel.analysis.sweep import grid_size, sweep
+    from costmodel.analysis.sweep import check_output, grid_size, sweep
 
+    check_output(args.output, args.engine)          # before any row is computed
     base, axes = split_words(parse_kv(args.fields))
     total = grid_size(**axes)
     show = not args.no_progress and sys.stderr.isatty()
@@ -115,7 +116,8 @@ def cmd_sweep(args):
         print(f"wrote {res['rows']:,} rows × {res['columns']} columns to {args.output}")
         return
     if args.output:
-        print(f"wrote {total:,} rows to {args.output}")
+        ncols = "" if isinstance(res, str) else f" × {len(res.columns)} columns"
+        print(f"wrote {total:,} rows{ncols} to {args.output}")
         return
     df = res
     if mode != "error":
@@ -123,7 +125,8 @@ def cmd_sweep(args):
     if args.format == "json":
         print(fmt.dumps_json({"axes": list(axes), "n_rows": len(df), "rows": df.to_dict(orient="records")}))
     elif args.format == "csv":
-        df.to_csv(sys.stdout, index=False)
+        from costmodel.inputs.outputs import spreadsheet_safe
+        spreadsheet_safe(df).to_csv(sys.stdout, index=False)
     else:
         shown = {c[0] for c in fmt.TABLE_COLUMNS}
         cols = [(a, a, None, "{}") for a in axes if a not in shown] + list(fmt.TABLE_COLUMNS)

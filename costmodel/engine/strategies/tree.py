@@ -29,7 +29,7 @@ from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
     validate_parents
-from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead
+from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead, spec_method
 from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
 
@@ -170,7 +170,7 @@ def tree_step(ctx: Ctx, draft, tr):
     verify = pass_cost(vs, ex)
     dcost = Cost.zero() if d_ex is None else draft_levels_cost(ctx, d_ex, tr)
     n_nodes = np.asarray(tr.n_nodes, dtype=float)
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, n_nodes)), ex, speculative=True)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, n_nodes)), ex, spec_method(ctx.rec.draft_model))
     return step, dcost, verify, vs, d_ex, kind
 
 
@@ -178,7 +178,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
     ex, B = ctx.ex, ctx.B
     step, dcost, verify, vs, d_ex, kind = tree_step(ctx, draft, tr)
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
-                                                          (vs.tokens, vs.lm_tokens, vs.pairs)])
+                                                          (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
     fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
                           separate=separate(ctx))
