@@ -27,9 +27,32 @@ class InputError(ValueError):
         super().__init__(text)
 
 
-def suggest(word: str, choices) -> str:
-    """' (did you mean X?)' for the closest of ``choices``, or ''."""
+def suggest(word: str, choices, aliases: dict | None = None, n: int = 3) -> str:
+    """' (did you mean X, Y?)' for the likeliest of ``choices``, or ''.
+
+    Ranked: choices named by an alias the word contains (``aliases``: {'tpot': 'target_time_per_output_token_s'}),
+    then choices that start with the word, then choices that contain it or that it contains (at least 3
+    characters), each group by similarity; only when none of these match, the closest by edit similarity (difflib
+    ratio ≥ 0.6). So ``h100`` offers h100-sxm, h100-pcie (not v100 and h200).
+    """
     import difflib
 
-    close = difflib.get_close_matches(str(word).lower(), [str(c) for c in choices], n=3, cutoff=0.6)
-    return f" (did you mean {', '.join(close)}?)" if close else ""
+    w = str(word).strip().lower()
+    names = [str(c) for c in choices]
+    low = {c: c.lower() for c in names}
+
+    def ratio(c):
+        return -difflib.SequenceMatcher(None, w, low[c]).ratio()
+
+    ranked = []
+    for alias, target in (aliases or {}).items():
+        if alias.lower() in w and target in low and target not in ranked:
+            ranked.append(target)
+    groups = ([c for c in names if low[c].startswith(w)],
+              [c for c in names if len(w) >= 3 and (w in low[c] or (len(low[c]) >= 3 and low[c] in w))])
+    for g in groups:
+        ranked += [c for c in sorted(g, key=ratio) if c not in ranked]
+    if not ranked:               # nothing obvious: fall back to edit similarity
+        ranked = difflib.get_close_matches(w, names, n=n, cutoff=0.6)
+    ranked = [c for c in ranked if low[c] != w][:n]
+    return f" (did you mean {', '.join(ranked)}?)" if ranked else ""

@@ -53,7 +53,8 @@ import os
 import numpy as np
 
 from costmodel.analysis.claims_load import Claimed, ErrorBand, claim_figures, load_claims, load_error_band, parse_value
-from costmodel.analysis.claims_model import Limits, Predictor, band_verdict, bound_violation, clear_cache, \
+from costmodel.analysis.claim_needs import add_needed_alpha
+from costmodel.analysis.claims_model import Limits, Predictor, band_verdict, bound_violations, clear_cache, \
     fmt_figure, hard_limits, parse_claim_record, recommend_cached, record_fields
 from costmodel.errors import InputError
 from costmodel.inputs.record import STRATEGIES
@@ -214,22 +215,25 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
             not_fit = (not lim.fits_floor) or (lim_other is not None and not lim_other.fits_floor)
             if not_fit and not (metric == "fits" and cv.name == "false"):
                 which = lim if not lim.fits_floor else lim_other
-                fig.update(verdict="impossible",
-                           reason=f"does not fit: at least {fmt_figure(which.mem_floor, 'B')} of weights and prompt KV "
-                                  f"must be resident on a device with {fmt_figure(which.usable, 'B')} usable")
+                broken = [f"does not fit: at least {fmt_figure(which.mem_floor, 'B')} of weights and prompt KV "
+                          f"must be resident on a device with {fmt_figure(which.usable, 'B')} usable"]
+                broken += [f"even if it did, {t}" for t in bound_violations(metric, cv, lim, relative=bool(rel))]
+                fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
                 results.append(fig)
                 continue
-            why = bound_violation(metric, cv, lim, relative=bool(rel))
-            if why is None and rel and metric in ("tokens_per_s", "tokens_per_s_per_seq") and \
+            broken = bound_violations(metric, cv, lim, relative=bool(rel))
+            if not broken and rel and metric in ("tokens_per_s", "tokens_per_s_per_seq") and \
                     rel.get("strategy") == "autoregressive" and compare == "ratio":
-                why = bound_violation("speedup_vs_ar", cv, lim)
-            if why:
-                fig.update(verdict="impossible", reason=why)
+                broken = bound_violations("speedup_vs_ar", cv, lim)
+            if broken:
+                fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
             elif metric in CATEGORICAL or cv.kind in ("name", "bool"):
                 fig.update(_judge_category(metric, cv, p, pred, band, rec))
             else:
                 v, why = band_verdict(metric, cv, p, b, basis, relative=bool(rel) and compare == "ratio")
                 fig.update(verdict=v, reason=why)
+            if fig["verdict"] in ("optimistic", "pessimistic", "impossible"):
+                add_needed_alpha(fig, fields, rec, src, band, metric, cv, p, rel, compare)
             results.append(fig)
         if not rel:
             for v, metric, why in _identity_checks({m: cv for m, cv, _ in figs}, pred, lim, tau is not None):
@@ -239,9 +243,13 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
     top = max(results, key=lambda r: (SEVERITY[r["verdict"]], _deviation(r)))
     worst = [r for r in results if SEVERITY[r["verdict"]] == SEVERITY[top["verdict"]]]
     reason = top["reason"]
-    if len(results) > 1:
-        if not reason.startswith("does not fit"):
-            reason = f"{top['metric']}: {reason}"
+    if top["verdict"] == "impossible":
+        base["bounds_broken"] = _every_bound(worst, named=len(results) > 1)
+        reason = "; ".join(base["bounds_broken"] + list(dict.fromkeys(
+            (f"{r['metric']}: " if len(results) > 1 else "") + r["acceptance_note"]
+            for r in worst if r.get("acceptance_note"))))
+    elif len(results) > 1:
+        reason = f"{top['metric']}: {reason}"
         if len(worst) > 1:
             reason += f" (and {len(worst) - 1} more {top['verdict']} figure{'s' if len(worst) > 2 else ''})"
     names = {m for m, _, _ in figs}
@@ -262,6 +270,19 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
         base["relative_to"] = c["relative_to"]
         base["compare"] = c.get("compare", "ratio")
     return base
+
+
+def _every_bound(figures: list, named: bool) -> list:
+    """Every hard bound the impossible figures break, each once ('does not fit' first), metric-named."""
+    out = []
+    for r in figures:
+        for t in r.get("bounds_broken", [r["reason"]]):
+            if named and not t.startswith("does not fit"):
+                lead = "even if it did, " if t.startswith("even if it did, ") else ""
+                t = f"{lead}{r['metric']}: {t[len(lead):]}"
+            if t not in out:
+                out.append(t)
+    return sorted(out, key=lambda t: not t.startswith("does not fit"))
 
 
 def _deviation(r: dict) -> float:

@@ -93,9 +93,11 @@ def load_error_band(band=None) -> ErrorBand:
 def load_claims(path) -> list:
     """Claims YAML: ``claims:`` list; optional ``bases: {name: {record fields}}`` used by a claim's
     ``base: name``. Relative model/hardware/runtime paths resolve against the file's folder."""
+    from costmodel.inputs.file_kind import refuse_other_kind
     from costmodel.inputs.specs import load_yaml
     data = load_yaml(path)
     src = str(path)
+    refuse_other_kind(data, src, "claims")
     if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
         raise InputError("a claims file needs a top-level 'claims:' list", source=src, field="claims")
     bases = data.get("bases") or {}

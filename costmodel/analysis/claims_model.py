@@ -232,43 +232,53 @@ def unit_of(metric: str) -> str:
 
 
 def bound_violation(metric: str, c: Claimed, lim: Limits, relative=False) -> str | None:
-    """Reason text if the claimed figure breaks a hard bound, else None."""
+    """Reason text naming every hard bound the claimed figure breaks, else None."""
+    found = bound_violations(metric, c, lim, relative)
+    return "; ".join(found) if found else None
+
+
+def bound_violations(metric: str, c: Claimed, lim: Limits, relative=False) -> list:
+    """Every hard bound (module docstring of costmodel.analysis.claims) the claimed figure breaks, as reason
+    texts."""
     if relative or c.kind in ("bool", "name"):
-        return None
-    hb = higher_is_better(metric)
-    x = _best_end(c, hb)
+        return []
+    x = _best_end(c, higher_is_better(metric))
     if not math.isfinite(x):
-        return None
+        return []
+    return list(_violations(metric, x, lim))
+
+
+def _violations(metric: str, x: float, lim: Limits):
+    """Yields the reason text of each bound that ``x`` (the claim's least extreme reading) breaks."""
     tf, tau = lim.t_floor, lim.tau_b
     floor_txt = f"the floor of {fmt_figure(tf, 's')} per step ({lim.t_floor_basis})"
     if metric == "step_latency_s" and x < tf:
-        return f"a step of {fmt_figure(x, 's')} beats {floor_txt}"
+        yield f"a step of {fmt_figure(x, 's')} beats {floor_txt}"
     if metric == "time_per_output_token_s" and x < tf / tau:
-        return f"{fmt_figure(x, 's')} per token beats {floor_txt} ÷ τ = {tau:.2f}"
+        yield f"{fmt_figure(x, 's')} per token beats {floor_txt} ÷ τ = {tau:.2f}"
     if metric == "tokens_per_s_per_seq" and x > tau / tf:
-        return (f"{x:.3g} tokens/s per sequence exceeds τ / floor = {tau:.2f} / {fmt_figure(tf, 's')} = "
-                f"{tau / tf:.3g} ({lim.t_floor_basis})")
+        yield (f"{x:.3g} tokens/s per sequence exceeds τ / floor = {tau:.2f} / {fmt_figure(tf, 's')} = "
+               f"{tau / tf:.3g} ({lim.t_floor_basis})")
     if metric == "tokens_per_s":
         cap_bw = lim.seqs * tau / tf
         if x > lim.tps_ceiling_compute:
-            return (f"{x:.3g} tokens/s exceeds the compute ceiling of {lim.tps_ceiling_compute:.3g} "
-                    f"(every token costs at least one target forward pass)")
+            yield (f"{x:.3g} tokens/s exceeds the compute ceiling of {lim.tps_ceiling_compute:.3g} "
+                   f"(every token costs at least one target forward pass)")
         if x > cap_bw:
-            return (f"{x:.3g} tokens/s exceeds sequences × τ / floor = {lim.seqs:.0f} × {tau:.2f} / {fmt_figure(tf, 's')} "
-                    f"= {cap_bw:.3g} ({lim.t_floor_basis})")
+            yield (f"{x:.3g} tokens/s exceeds sequences × τ / floor = {lim.seqs:.0f} × {tau:.2f} / {fmt_figure(tf, 's')} "
+                   f"= {cap_bw:.3g} ({lim.t_floor_basis})")
     if metric == "speedup_vs_ar" and x > tau * (1 + 1e-9) and tau >= 1:
-        return f"a speedup of {x:.3g}× needs more than the τ = {tau:.2f} tokens per step the claim's acceptance gives"
+        yield f"a speedup of {x:.3g}× needs more than the τ = {tau:.2f} tokens per step the claim's acceptance gives"
     if metric in ("tokens_per_step", "mean_accepted_tokens") and x > lim.tau_struct + 1e-9:
-        return f"{x:.3g} tokens per step exceeds the structural maximum {lim.tau_struct:.0f} (γ+1 / depth+1)"
+        yield f"{x:.3g} tokens per step exceeds the structural maximum {lim.tau_struct:.0f} (γ+1 / depth+1)"
     if metric == "ttft_s" and x < lim.ttft_floor:
-        return f"a time to first token of {fmt_figure(x, 's')} beats the prefill floor of {fmt_figure(lim.ttft_floor, 's')}"
+        yield f"a time to first token of {fmt_figure(x, 's')} beats the prefill floor of {fmt_figure(lim.ttft_floor, 's')}"
     if metric == "e2e_latency_s" and x < (lim.gen_len - 1) / tau * tf:
-        return (f"{fmt_figure(x, 's')} end to end beats (gen_len − 1)/τ × floor = "
-                f"{fmt_figure((lim.gen_len - 1) / tau * tf, 's')}")
+        yield (f"{fmt_figure(x, 's')} end to end beats (gen_len − 1)/τ × floor = "
+               f"{fmt_figure((lim.gen_len - 1) / tau * tf, 's')}")
     if metric == "peak_device_memory_bytes" and x < lim.mem_floor:
-        return (f"a peak of {fmt_figure(x, 'B')} is below the {fmt_figure(lim.mem_floor, 'B')} of weights and prompt KV that must "
-                f"be resident")
-    return None
+        yield (f"a peak of {fmt_figure(x, 'B')} is below the {fmt_figure(lim.mem_floor, 'B')} of weights and prompt KV that must "
+               f"be resident")
 
 
 def band_verdict(metric: str, c: Claimed, pred, band: float, basis: str, relative: bool = False) -> tuple[str, str]:

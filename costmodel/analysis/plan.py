@@ -1,18 +1,8 @@
 """Capacity planning (DESIGN §5 ``costmodel plan``): the fewest devices and/or the largest batch that
 fit and meet a target, and the cheapest of several hardware options given prices per device-hour.
 
-Targets are record-like fields, split off before the record is validated:
-
-=================================  ==========================================  =========
-field                              compared with                               meets if
-=================================  ==========================================  =========
-``target_time_per_output_token_s``  ``time_per_output_token_s``                 ≤ target
-``target_step_latency_s``           ``step_latency_s``                          ≤ target
-``target_ttft_s``                   ``ttft_s``                                  ≤ target
-``target_e2e_latency_s``            ``e2e_latency_s``                           ≤ target
-``target_tokens_per_s``             ``tokens_per_s`` (aggregate over the batch)  ≥ target
-``target_tokens_per_s_per_seq``     ``tokens_per_s_per_seq``                    ≥ target
-=================================  ==========================================  =========
+Targets are record-like fields (``target_time_per_output_token_s=0.030``), split off before the
+record is validated; the fields and what each is compared with: :mod:`costmodel.analysis.targets`.
 
 A configuration is **feasible** when it fits (peak device memory ≤ usable) and meets every target.
 Every figure comes from :func:`costmodel.evaluate` (so ``costmodel eval`` reproduces any answer).
@@ -38,62 +28,36 @@ fails (or, when it is feasible, the resource that binds its step time):
 * ``target`` — it fits, but the target is missed (a bigger batch is slower per token);
 * ``bandwidth`` | ``compute`` | ``interconnect`` | ``launch_overhead`` — fewer devices fit but miss the
   target, this resource binding their step time (memory or L2 bound → bandwidth);
+* ``draft_model`` — it fits, but the draft model's passes take more than half of its step time (draft
+  passes run on one device: more devices for the target do not shorten them);
 * ``max_batch`` — the batch search reached its own limit.
 
+Safety margin (``margin``): :mod:`costmodel.analysis.targets`.
 When nothing within ``max_devices`` is feasible, ``feasible`` is false and ``binding_constraint`` says
 why the closest configuration (the fastest one that fits, else the fastest) fails.
 """
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from costmodel.errors import InputError, suggest
+from costmodel.errors import InputError
 from costmodel.engine.evaluate import build_exec, evaluate, evaluate_arrays
 from costmodel.engine.parallel import divisors
 from costmodel.inputs.record import parse_record
+from costmodel.analysis.targets import TARGETS, band_note, margins_for, split_targets, tightened
 
-# target field -> (output key, sense): 'max' = the output must not exceed the target
-TARGETS = {
-    "target_time_per_output_token_s": ("time_per_output_token_s", "max"),
-    "target_step_latency_s": ("step_latency_s", "max"),
-    "target_ttft_s": ("ttft_s", "max"),
-    "target_e2e_latency_s": ("e2e_latency_s", "max"),
-    "target_tokens_per_s": ("tokens_per_s", "min"),
-    "target_tokens_per_s_per_seq": ("tokens_per_s_per_seq", "min"),
-}
-OPTIONS = ("prices", "max_devices", "max_batch", "parallelism")
 BOUND_TO_CONSTRAINT = {"memory": "bandwidth", "l2": "bandwidth", "compute": "compute",
                        "interconnect": "interconnect", "launch": "launch_overhead"}
 REPORTED = ("fits", "step_latency_s", "tokens_per_step", "time_per_output_token_s", "tokens_per_s_per_seq",
             "tokens_per_s", "ttft_s", "e2e_latency_s", "peak_device_memory_bytes", "usable_memory_bytes",
-            "weights_bytes", "kv_cache_bytes", "bound", "time_interconnect_s", "speedup_vs_ar")
+            "weights_bytes", "kv_cache_bytes", "bound", "time_interconnect_s", "speedup_vs_ar",
+            "draft_time_per_step_s")
+#: the draft is the bottleneck when its passes take more than this share of the step
+DRAFT_BOTTLENECK_SHARE = 0.5
 
 
 # ----------------------------------------------------------------------------- inputs
-
-def split_targets(fields: dict) -> tuple[dict, dict, dict]:
-    """(record fields, {target field: float}, {plan option: value}) from one flat mapping."""
-    record, targets, options = {}, {}, {}
-    for k, v in fields.items():
-        key = str(k).strip()
-        if key.startswith("target_"):
-            if key not in TARGETS:
-                raise InputError(f"unknown target{suggest(key, TARGETS)}", field=key, allowed=", ".join(TARGETS))
-            try:
-                x = float(v)
-            except (TypeError, ValueError):
-                raise InputError(f"must be a number, got {v!r}", field=key) from None
-            if not np.isfinite(x) or x <= 0:
-                raise InputError(f"must be a positive number, got {v!r}", field=key)
-            targets[key] = x
-        elif key in OPTIONS:
-            options[key] = v
-        else:
-            record[key] = v
-    return record, targets, options
-
 
 def load_prices(path) -> dict:
     """Prices YAML -> {'currency', 'source', 'prices': {hardware id: price per device-hour}}.
@@ -106,9 +70,11 @@ def load_prices(path) -> dict:
           h100-sxm: 3.00
           a100-80gb: {per_device_hour: 1.80, source: "..."}
     """
+    from costmodel.inputs.file_kind import refuse_other_kind
     from costmodel.inputs.specs import load_yaml
     data = load_yaml(path)
     src = str(path)
+    refuse_other_kind(data, src, "prices")
     if not isinstance(data, dict) or not isinstance(data.get("prices"), dict) or not data["prices"]:
         raise InputError("a prices file needs a 'prices' mapping of hardware id: price per device-hour",
                          source=src, field="prices")
@@ -157,11 +123,35 @@ def _meets(res: dict, targets: dict):
     return ok
 
 
+def _draft_share(res: dict) -> float:
+    """draft_time_per_step_s / step_latency_s (0 without a separate draft pass)."""
+    d, t = float(res.get("draft_time_per_step_s") or 0.0), float(res["step_latency_s"])
+    return d / t if t > 0 else 0.0
+
+
 def _why(res: dict) -> str:
-    """The constraint that makes one (scalar) evaluation infeasible; the bound resource when feasible."""
+    """The constraint that makes one (scalar) evaluation infeasible; the bound resource when feasible
+    (the draft model when its passes take most of the step)."""
     if not bool(res["fits"]):
         return "memory_capacity"
+    if _draft_share(res) > DRAFT_BOTTLENECK_SHARE:
+        return "draft_model"
     return BOUND_TO_CONSTRAINT.get(str(res["bound"]), str(res["bound"]))
+
+
+def _explain(row: dict, why: str, targets: dict, draft: str | None) -> str:
+    """The numbers behind ``why`` for one configuration, in words."""
+    if why == "memory_capacity":
+        return (f"peak {row['peak_device_memory_bytes'] / 1e9:.1f} GB > usable "
+                f"{row['usable_memory_bytes'] / 1e9:.1f} GB per device")
+    text = _fmt_miss(row, targets) if targets else ""
+    if why == "draft_model":
+        d = (f"the draft model {draft} takes {row['draft_time_per_step_s'] * 1e3:.3g} ms of the "
+             f"{row['step_latency_s'] * 1e3:.3g} ms step; draft passes run on one device, so more devices for "
+             f"the target do not shorten them: a smaller draft or a lower gamma does, and "
+             f"draft_placement=separate_device with draft_schedule=overlap can hide them")
+        text = f"{text}; {d}" if text else d
+    return text
 
 
 def _largest_batch(rec_fields: dict, targets: dict, max_batch: int):
@@ -242,7 +232,10 @@ def _rank_key(row, batch_fixed):
             row["time_per_output_token_s"])
 
 
-def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch) -> dict:
+def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch, with_margin=False) -> dict:
+    goal = ("fit and meet the target" + ("s" if len(targets) > 1 else "")
+            + (" with the safety margin" if with_margin else "")) if targets else "fit"
+    draft = rec_fields.get("draft_model")
     batch_fixed = rec_fields.get("batch_size") not in (None, "")
     devices_fixed = rec_fields.get("n_devices") not in (None, "")
     cands = _device_candidates(rec_fields, parallelism, max_devices)
@@ -260,12 +253,14 @@ def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch) -> dict:
     if answer is None:
         best = min(tried, key=lambda r: (not r["fits"], r["time_per_output_token_s"]))
         out = dict(best, feasible=False, binding_constraint=best["why_not"])
-        out["reason"] = (f"no configuration within {max_devices} devices fits and meets the target; the "
+        out["reason"] = (f"no configuration within {max_devices} devices can {goal}; the "
                          f"closest ({best['n_devices']} devices, TP {best['tensor_parallel']} × PP "
                          f"{best['pipeline_parallel']}) fails on {best['why_not']}" if not devices_fixed else
                          f"{best['n_devices']} device(s) fail on {best['why_not']}")
-        if best["why_not"] != "memory_capacity":
-            out["reason"] += f" ({_fmt_miss(best, targets)})"
+        out["reason"] += f" ({_explain(best, best['why_not'], targets, draft)})"
+        out["next_step"] = ("raise --max-devices, use a smaller weight_dtype or a larger device"
+                            if best["why_not"] == "memory_capacity" else
+                            "relax the target, or try other hardware (hardware=a,b,c) or a smaller draft")
         return _finish(out, tried, targets)
     out = dict(answer)
     n = answer["n_devices"]
@@ -274,20 +269,23 @@ def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch) -> dict:
         prev = min(by_n[max(smaller)], key=lambda r: (not r["fits"], r["time_per_output_token_s"]))
         why = out["binding_constraint"] = prev["why_not"]
         out["reason"] = (f"{n} device(s) (TP {answer['tensor_parallel']} × PP {answer['pipeline_parallel']}) is "
-                         f"the fewest that fit and meet the target; {max(smaller)} device(s) fail on {why}"
-                         + (f" ({_fmt_miss(prev, targets)})" if why != "memory_capacity" else
-                            f" (peak {prev['peak_device_memory_bytes'] / 1e9:.1f} GB > usable "
-                            f"{prev['usable_memory_bytes'] / 1e9:.1f} GB per device)"))
+                         f"the fewest that {goal}; {max(smaller)} device(s) fail on {why} "
+                         f"({_explain(prev, why, targets, draft)})")
         if not batch_fixed:
             out["reason"] += f"; batch {answer['batch_size']} is limited by {answer['batch_limited_by']}"
     elif not batch_fixed:
         out["binding_constraint"] = answer["batch_limited_by"]
-        out["reason"] = f"batch {answer['batch_size']} is the largest that fits and meets the target; the next " \
-                        f"batch fails on {answer['batch_limited_by']}"
+        out["reason"] = (f"batch {answer['batch_size']} is the largest that {goal.replace('fit', 'fits', 1)}"
+                         + ("" if answer["batch_limited_by"] == "max_batch" else
+                            f"; the next batch fails on {answer['batch_limited_by']}")
+                         + (f" (the batch search stops at --max-batch {max_batch})"
+                            if answer["batch_limited_by"] == "max_batch" else ""))
     else:
-        out["binding_constraint"] = BOUND_TO_CONSTRAINT.get(str(answer["bound"]), str(answer["bound"]))
+        out["binding_constraint"] = _why(answer)
         out["reason"] = (f"feasible with {n} device(s); nothing smaller was tried" if devices_fixed else
                          "one device suffices") + f"; its step time is bound by {out['binding_constraint']}"
+        if out["binding_constraint"] == "draft_model":
+            out["reason"] += f" ({_explain(answer, 'draft_model', {}, draft)})"
     return _finish(out, tried, targets)
 
 
@@ -312,14 +310,15 @@ def _finish(out, tried, targets) -> dict:
 # ----------------------------------------------------------------------------- entry point
 
 def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices: int | None = None,
-         max_batch: int | None = None, parallelism: str | None = None) -> dict:
+         max_batch: int | None = None, parallelism: str | None = None, margin=None) -> dict:
     """Capacity plan for ``record`` (a flat mapping; ``target_*`` fields and the options below may be
     in it too). Returns a dict with ``hardware``, ``n_devices``, ``tensor_parallel``,
     ``pipeline_parallel``, ``batch_size``, the predicted figures of :func:`costmodel.evaluate`,
     ``feasible``, ``binding_constraint``, ``reason``, ``candidates`` (every configuration tried) and,
     with several hardware options, ``options`` (one answer each, best first) and the prices.
 
-    Options: ``prices`` (path to a prices YAML, or its parsed mapping), ``max_devices`` (64),
+    Options: ``margin`` ('band' or a fraction: plan with that headroom under each target; module
+    docstring), ``prices`` (path to a prices YAML, or its parsed mapping), ``max_devices`` (64),
     ``max_batch`` (1024), ``parallelism`` ('tp_pp' tries TP and TP×PP; 'tp' only TP). Search rules
     and ``binding_constraint`` values: module docstring.
     """
@@ -331,9 +330,11 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
                                  for k, v in targets.items()})[1])
     targets = t2
     for key, val in (("prices", prices), ("max_devices", max_devices), ("max_batch", max_batch),
-                     ("parallelism", parallelism)):
+                     ("parallelism", parallelism), ("margin", margin)):
         if val is not None:
             opts[key] = val
+    margins = margins_for(opts.get("margin"), targets, rec_fields.get("batch_size") or None)
+    given_targets, targets = targets, tightened(targets, margins)
     max_devices = _int_option(opts, "max_devices", 64, 1, 4096)
     max_batch = _int_option(opts, "max_batch", 1024, 1, 1 << 20)
     parallelism = str(opts.get("parallelism", "tp_pp")).strip().lower().replace("-", "_")
@@ -360,7 +361,7 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
 
     answers = []
     for hw in hws:
-        ans = _plan_one(dict(rec_fields, hardware=hw), targets, parallelism, max_devices, max_batch)
+        ans = _plan_one(dict(rec_fields, hardware=hw), targets, parallelism, max_devices, max_batch, bool(margins))
         ans = {"hardware": hw, **ans}
         if price_info is not None:
             price = price_info["prices"].get(hw.lower())
@@ -391,4 +392,11 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
         best["options"] = [{k: v for k, v in a.items() if k != "candidates"} for a in answers]
     if price_info is not None:
         best["prices_source"] = price_info["source"]
+    if margins:
+        best["targets"] = given_targets
+        best["margin"] = margins
+        best["targets_with_margin"] = targets
+    note = band_note(best, given_targets, margins)
+    if note:
+        best["note"] = note
     return best

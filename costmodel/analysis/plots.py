@@ -28,6 +28,10 @@ SHORT = {"norm_rope_residual": "norm", "qkv_proj": "qkv", "o_proj": "o", "ffn_ac
          "embedding": "embed", "attention": "attention", "ffn": "ffn", "moe_ffn": "moe", "medusa_heads": "medusa"}
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXTS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+#: the grids the default axes are cut from (powers of two)
+WIDE_BATCHES = tuple(2 ** i for i in range(13))                 # 1 .. 4096
+WIDE_CONTEXTS = tuple(2 ** i for i in range(7, 18))             # 128 .. 131072
+MAX_CELLS_PER_AXIS = 10
 
 
 OBJECTIVE_TEXT = {"tokens_per_s": "aggregate tokens/s", "tokens_per_s_per_seq": "tokens/s per sequence",
@@ -75,6 +79,43 @@ def _fields_with_alpha(fields: dict) -> tuple[dict, str]:
 
 
 # --------------------------------------------------------------------------- decision map
+def fitting_axes(fields: dict) -> tuple[tuple, tuple]:
+    """Default decision-map axes: the powers of two where autoregressive decoding fits on the device.
+
+    One vectorised evaluation of AR over WIDE_BATCHES × WIDE_CONTEXTS gives ``fits``; the batch axis
+    runs from 1 to the largest batch that fits at the shortest context, the context axis from 128 to
+    the longest context that fits at batch 1 (memory runs out along B·L ≈ constant, so the corner
+    beyond that diagonal still shows where), thinned to at most MAX_CELLS_PER_AXIS values. When nothing fits at all, the
+    classic defaults (the map then says so in every cell).
+    """
+    from costmodel.engine.evaluate import evaluate_arrays
+    from costmodel.inputs.record import parse_record
+    f = {k: v for k, v in fields.items() if k not in ("batch_size", "prompt_len")}
+    rec = parse_record(dict(f, strategy="autoregressive", batch_size=1, prompt_len=1,
+                            **{k: None for k in ("draft_model", "gamma", "acceptance_rate", "mean_accepted_tokens",
+                                                 "tree_nodes", "tree_width", "tree_depth", "tree_shape")
+                               if k in f}), allow_meta=True)
+    B = np.asarray(WIDE_BATCHES, dtype=float)[None, :]
+    P = np.asarray(WIDE_CONTEXTS, dtype=float)[:, None]
+    fits = np.broadcast_to(np.asarray(evaluate_arrays(rec, {"batch_size": B, "prompt_len": P},
+                                                      with_baseline=False)["fits"], dtype=bool),
+                           (P.size, B.size))
+    if not fits.any():
+        return DEFAULT_BATCHES, DEFAULT_CONTEXTS
+    nb = int(np.flatnonzero(fits.any(axis=0))[-1]) + 1        # up to the last column with a fitting cell
+    nc = int(np.flatnonzero(fits.any(axis=1))[-1]) + 1
+    return _thin(WIDE_BATCHES[:nb]), _thin(WIDE_CONTEXTS[:nc])
+
+
+def _thin(values: tuple) -> tuple:
+    """At most MAX_CELLS_PER_AXIS values, keeping both ends (every 2nd, 3rd, ... power of two)."""
+    step = max(1, math.ceil((len(values) - 1) / (MAX_CELLS_PER_AXIS - 1)))
+    out = list(values[::step])
+    if out[-1] != values[-1]:
+        out.append(values[-1])
+    return tuple(out)
+
+
 def decision_map_data(fields: dict, batch_sizes=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
                       objective: str = "tokens_per_s") -> dict:
     """Winner, margin and per-family objective on the batch × context grid (rows = contexts)."""
@@ -107,15 +148,21 @@ def decision_map_data(fields: dict, batch_sizes=DEFAULT_BATCHES, contexts=DEFAUL
             "goodness": {k: goods[n] for n, k in enumerate(names)}}
 
 
-def decision_map(fields: dict, output: str, batch_sizes=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
+def decision_map(fields: dict, output: str, batch_sizes=None, contexts=None,
                  objective: str = "tokens_per_s") -> dict:
-    """Write the decision map PNG to ``output``; returns the data (see :func:`decision_map_data`)."""
+    """Write the decision map PNG to ``output``; returns the data (see :func:`decision_map_data`).
+    Axes not given default to the region where the model fits on the device (:func:`fitting_axes`)."""
     from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
 
     from costmodel.analysis.recommend import OBJECTIVES
     plt = _plt()
     fields, alpha_txt = _fields_with_alpha(fields)
+    if batch_sizes is None or contexts is None:
+        _need(fields, "model", "hardware")
+        auto_b, auto_c = fitting_axes(fields)
+        batch_sizes = auto_b if batch_sizes is None else batch_sizes
+        contexts = auto_c if contexts is None else contexts
     d = decision_map_data(fields, batch_sizes, contexts, objective)
     names, win, margin, fits = d["names"], d["winner"], d["margin"], d["fits"]
     ny, nx = win.shape
@@ -222,7 +269,7 @@ def roofline(fields: dict, output: str) -> dict:
         ax.scatter(o["intensity"], o["flops_per_s"] / 1e12, marker=marker, s=size, color=color, alpha=0.75,
                    edgecolor="black", linewidth=0.5, label=lab, zorder=3)
     # one label per cluster of operators at about the same intensity, per phase
-    offsets = {"prefill": (6, 6), "AR decode step": (8, -12), "verification pass": (8, 6), "draft pass": (-8, -14)}
+    labels = []
     for phase in dict.fromkeys(o["phase"] for o in d["ops"]):
         ops = sorted((o for o in d["ops"] if o["phase"] == phase), key=lambda o: o["intensity"])
         clusters = []
@@ -232,15 +279,14 @@ def roofline(fields: dict, output: str) -> dict:
             else:
                 clusters.append([o])
         _, color = PHASE_STYLE.get(phase, ("o", "gray"))
-        dx, dy = offsets.get(phase, (6, 6))
         total = sum(o["time_s"] for o in ops)
         for cl in clusters:
-            if sum(o["time_s"] for o in cl) < 0.08 * total:       # label only what takes time
+            t_cl = sum(o["time_s"] for o in cl)
+            if t_cl < 0.08 * total:       # label only what takes time
                 continue
             names = ", ".join(dict.fromkeys(SHORT.get(o["name"], o["name"]) for o in cl))
             top = max(cl, key=lambda o: o["time_s"])
-            ax.annotate(names, (top["intensity"], top["flops_per_s"] / 1e12), fontsize=7, xytext=(dx, dy),
-                        textcoords="offset points", color=color, ha="left" if dx > 0 else "right")
+            labels.append((t_cl / total, names, top["intensity"], top["flops_per_s"] / 1e12, color))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(0.1, max([1e4] + [o["intensity"] * 4 for o in d["ops"]]))
@@ -256,9 +302,61 @@ def roofline(fields: dict, output: str) -> dict:
     ax.grid(True, which="major", ls=":", lw=0.5)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
+    d["label_boxes"] = place_labels(fig, ax, sorted(labels, key=lambda x: -x[0]))
     fig.savefig(output)
     plt.close(fig)
     return d
+
+
+#: where a label may go around its point (points: right/left, above/below, then further out)
+LABEL_OFFSETS = [(7, 5), (7, -13), (-7, 5), (-7, -13), (7, 16), (-7, 16), (7, -24), (-7, -24), (12, 28),
+                 (-12, 28), (12, -36), (-12, -36), (16, 40), (-16, -48)]
+
+
+def place_labels(fig, ax, labels) -> list:
+    """Annotate each (weight, text, x, y, colour) at the first offset in LABEL_OFFSETS where its box
+    overlaps no label placed before it and no marker, inside the axes (the heaviest labels first; a line
+    joins a label to its point when it sits away from it). Returns the labels' boxes in display pixels
+    (x0, y0, x1, y1)."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = []
+    for coll in ax.collections:                        # scatter markers as obstacles
+        offs = coll.get_offsets()
+        if len(offs) == 0:
+            continue
+        sizes = np.broadcast_to(np.asarray(coll.get_sizes(), dtype=float), (len(offs),))
+        for (x, y), sz in zip(ax.transData.transform(offs), sizes):
+            r = 0.5 * math.sqrt(sz) * fig.dpi / 72.0
+            taken.append(Bbox.from_extents(x - r, y - r, x + r, y + r))
+    if ax.get_legend() is not None:
+        taken.append(ax.get_legend().get_window_extent(renderer))
+    boxes = []
+    for _, text, x, y, color in labels:
+        chosen = None
+        for k, (dx, dy) in enumerate(LABEL_OFFSETS):
+            far = k >= 4
+            t = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7, color=color,
+                            ha="left" if dx > 0 else "right",
+                            arrowprops=dict(arrowstyle="-", color=color, lw=0.5) if far else None)
+            t.get_window_extent(renderer)                     # places the text at its offset
+            bb = Text.get_window_extent(t, renderer)          # the text alone, not its connecting line
+            inside = frame.x0 <= bb.x0 and bb.x1 <= frame.x1 and frame.y0 <= bb.y0 and bb.y1 <= frame.y1
+            if inside and not any(bb.overlaps(o) for o in taken):
+                chosen = bb
+                break
+            t.remove()
+        if chosen is None:                             # nowhere free: the first spot, as before
+            dx, dy = LABEL_OFFSETS[0]
+            t = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7, color=color)
+            t.get_window_extent(renderer)
+            chosen = Text.get_window_extent(t, renderer)
+        taken.append(chosen)
+        boxes.append((chosen.x0, chosen.y0, chosen.x1, chosen.y1))
+    return boxes
 
 
 # --------------------------------------------------------------------------- sweep

@@ -13,7 +13,12 @@ The article's advice — "start with a lightweight profile anyway" — as a comm
 Measured bandwidth and FLOP/s *are* the achievable figures, so the file's efficiencies are 1.0
 (with that stated as their source). A CPU has no fp16 matrix units numpy uses: the fp16 peak is
 set to the measured fp32 rate and marked as such. Capacity comes from /proc/meminfo (CPU) or the
-device properties (GPU). Runs in a few seconds (``quick``: well under one).
+device properties (GPU). Runs in a few seconds (``quick``: about one).
+
+Trust: every figure is the fastest of a few runs; ``spread`` gives slowest ÷ fastest per figure and
+``trust`` says it in words. ``quick`` uses small sizes (a matmul of 512² on the CPU), which can put a
+figure several times away from the full probe: the note says so and asks for a full run. The
+bandwidth copy is always at least 4× the last-level cache, so it measures DRAM, not the cache.
 """
 
 from __future__ import annotations
@@ -27,15 +32,37 @@ import numpy as np
 from costmodel.errors import InputError
 
 
-def _best(fn, reps: int) -> float:
-    """Fastest of ``reps`` timed calls (after one warm-up), seconds."""
+def _best(fn, reps: int, spread: dict | None = None, key: str = "") -> float:
+    """Fastest of ``reps`` timed calls (after one warm-up), seconds; ``spread[key]`` = slowest / fastest."""
     fn()
-    best = float("inf")
+    times = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t)
-    return max(best, 1e-9)
+        times.append(time.perf_counter() - t)
+    best = max(min(times), 1e-9)
+    if spread is not None:
+        spread[key] = max(times) / best
+    return best
+
+
+#: a figure whose repetitions differ by more than this is flagged as noisy
+NOISY_SPREAD = 1.5
+
+
+def trust_note(m: dict, quick: bool) -> str:
+    """How far the probe's figures can be trusted: each one's spread over its repetitions (slowest ÷
+    fastest run; the figure is the fastest), the sizes used, and for ``quick`` the advice to rerun."""
+    spread = m.get("spread", {})
+    worst = max(spread.items(), key=lambda kv: kv[1], default=("", 1.0))
+    noisy = [f"{k} {v:.1f}×" for k, v in sorted(spread.items(), key=lambda kv: -kv[1]) if v > NOISY_SPREAD]
+    text = (f"{'quick probe: ' if quick else ''}each figure is the best of {m.get('reps', '?')} runs; runs of "
+            f"one figure differed by up to {worst[1]:.1f}× ({worst[0]})")
+    text += f"; noisy: {', '.join(noisy)} (another program was busy, or the sizes are too small)" if noisy else ""
+    if quick:
+        text += ("; quick sizes are small (" + m.get("sizes", "") + ") and can put a figure several times off the "
+                 "full probe: run `costmodel probe` without --quick (a few seconds) before relying on the file")
+    return text
 
 
 def _meminfo() -> tuple[float, float]:
@@ -90,24 +117,26 @@ def _cpu_name() -> str:
 def probe_cpu(quick: bool = False) -> dict:
     """Measure this CPU with numpy (see the module docstring)."""
     reps = 2 if quick else 4
-    n_bw = (32 if quick else 256) * 1024 ** 2 // 8           # float64 elements
+    spread = {}
+    llc = _llc_bytes()
+    # float64 elements; at least 4× the last-level cache, or the copy measures the cache, not DRAM
+    n_bw = max((32 if quick else 256) * 1024 ** 2, int(4 * llc)) // 8
     a = np.ones(n_bw)
     b = np.empty_like(a)
-    t = _best(lambda: np.copyto(b, a), reps)
+    t = _best(lambda: np.copyto(b, a), reps, spread, "bandwidth")
     bw = 2.0 * a.nbytes / t
     del a, b
     n = 512 if quick else 1536
     x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     y = x.copy()
-    tm = _best(lambda: x @ y, reps)
+    tm = _best(lambda: x @ y, reps, spread, "matrix")
     mm = 2.0 * n ** 3 / tm
-    llc = _llc_bytes()
     m = max(1024, int(min(llc, 8 * 1024 ** 2) / 4 / 4))       # float32: two arrays in half the cache (≤ 8 MiB)
     v = np.ones(m, dtype=np.float32)
     w = np.empty_like(v)
-    tv = _best(lambda: np.multiply(v, 1.0001, out=w), reps * 4)
+    tv = _best(lambda: np.multiply(v, 1.0001, out=w), reps * 4, spread, "vector")
     vec = m / tv                                                # one multiply per element (numpy has no FMA)
-    tl = _best(lambda: np.copyto(w, v), reps * 4)
+    tl = _best(lambda: np.copyto(w, v), reps * 4, spread, "cache_bandwidth")
     l2bw = 2.0 * v.nbytes / tl
     tiny = np.ones(8)
     tk = _best(lambda: np.add(tiny, tiny), 50)
@@ -115,7 +144,8 @@ def probe_cpu(quick: bool = False) -> dict:
     return {"kind": "cpu", "name": f"{_cpu_name()} (numpy probe)", "vendor": "cpu", "sm_count": os.cpu_count() or 1,
             "bandwidth": bw, "matrix_fp32": mm, "matrix_fp16": mm, "vector": max(vec, 1.0), "l2_bytes": llc,
             "l2_bandwidth": max(l2bw, bw), "launch": tk, "capacity": total, "usable": avail,
-            "memory_type": "host DRAM", "unified": True, "tdp_w": 0,
+            "memory_type": "host DRAM", "unified": True, "tdp_w": 0, "spread": spread, "reps": reps,
+            "sizes": f"copy {n_bw * 8 / 2 ** 20:.0f} MiB, matmul {n}×{n}",
             "method": f"numpy {np.__version__}: copy of {n_bw * 8 / 2 ** 20:.0f} MiB float64 arrays (read + write "
                       f"counted), {n}x{n} float32 matmul, {m * 4 / 2 ** 20:.2f} MiB in-cache arrays",
             "fp16_note": "no fp16 matrix path in numpy: the fp16 figure is the measured fp32 matmul rate"}
@@ -132,28 +162,33 @@ def probe_gpu(quick: bool = False):
     dev = torch.device("cuda:0")
     props = torch.cuda.get_device_properties(dev)
 
-    def timed(fn, reps):
+    spread = {}
+
+    def timed(fn, reps, key=""):
         fn()
         torch.cuda.synchronize()
-        best = float("inf")
+        times = []
         for _ in range(reps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             torch.cuda.synchronize()
-            best = min(best, start.elapsed_time(end) / 1e3)
-        return max(best, 1e-9)
+            times.append(start.elapsed_time(end) / 1e3)
+        best = max(min(times), 1e-9)
+        if key:
+            spread[key] = max(times) / best
+        return best
 
     reps = 3 if quick else 10
     nb = (256 if quick else 1024) * 1024 ** 2
     a = torch.empty(nb // 2, dtype=torch.float16, device=dev)
     b = torch.empty_like(a)
-    bw = 2.0 * nb / timed(lambda: b.copy_(a), reps)
+    bw = 2.0 * nb / timed(lambda: b.copy_(a), reps, "bandwidth")
     del a, b
     n = 4096 if quick else 8192
     x = torch.randn(n, n, dtype=torch.float16, device=dev)
-    f16 = 2.0 * n ** 3 / timed(lambda: x @ x, reps)
+    f16 = 2.0 * n ** 3 / timed(lambda: x @ x, reps, "matrix")
     n32 = n // 2
     x32 = torch.randn(n32, n32, dtype=torch.float32, device=dev)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -174,7 +209,8 @@ def probe_gpu(quick: bool = False):
             "sm_count": int(props.multi_processor_count), "bandwidth": bw, "matrix_fp32": f32, "matrix_fp16": f16,
             "vector": vec, "l2_bytes": l2, "l2_bandwidth": max(l2bw, bw), "launch": launch,
             "capacity": float(props.total_memory), "usable": float(total), "memory_type": "device memory",
-            "unified": False, "tdp_w": 0,
+            "unified": False, "tdp_w": 0, "spread": spread, "reps": reps,
+            "sizes": f"copy {nb / 2 ** 20:.0f} MiB, fp16 matmul {n}×{n}",
             "method": f"PyTorch {torch.__version__}: copy of {nb / 2 ** 20:.0f} MiB, {n}x{n} fp16 and {n32}x{n32} "
                       "fp32 (TF32 off) matmuls, CUDA events",
             "fp16_note": "measured fp16 matmul (fp32 accumulate)"}
@@ -233,7 +269,9 @@ def probe(output=None, *, quick: bool = False, device: str = "auto", hw_id: str 
                              allowed="cpu, or install PyTorch with GPU support")
     if m is None:
         m = probe_cpu(quick)
-    hw = to_hardware_yaml(m, hw_id)
+    note = trust_note(m, quick)
+    hw = to_hardware_yaml({k: v for k, v in m.items() if k not in ("spread", "reps", "sizes")}, hw_id)
+    hw["notes"] += " Trust: " + note + "."
     from costmodel.inputs.hardware import parse_hardware
     parse_hardware(hw, "probe")                        # what we write must load
     if output:
@@ -244,5 +282,6 @@ def probe(output=None, *, quick: bool = False, device: str = "auto", hw_id: str 
         with open(output, "w", encoding="utf-8") as f:
             f.write("# Hardware profile measured by `costmodel probe` (schema: hardware_specs/README.md).\n")
             yaml.safe_dump(hw, f, sort_keys=False, allow_unicode=True, width=110)
-    return {"measured": {k: v for k, v in m.items() if k not in ("method", "fp16_note")}, "hardware": hw,
-            "output": str(output) if output else None, "seconds": time.perf_counter() - t0}
+    return {"measured": {k: v for k, v in m.items() if k not in ("method", "fp16_note", "spread", "reps", "sizes")},
+            "hardware": hw, "output": str(output) if output else None, "seconds": time.perf_counter() - t0,
+            "quick": bool(quick), "spread": dict(m.get("spread", {})), "trust": note}

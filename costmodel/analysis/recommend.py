@@ -305,8 +305,10 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_pass) -> str:
     share = pass_shares(ar_pass)
     where = f"batch {B}" + (f" × {n_br} branches" if n_br > 1 else "")
     if bound == "memory":
-        head = (f"memory-bound at {where}: an AR step moves {_fmt_bytes(moved)} "
-                f"({share['weight_gemms']:.0%} of it weight GEMMs, {share['attention']:.0%} attention over the KV "
+        n_dev = int(float(fields.get("n_devices") or 1))
+        head = (f"memory-bound at {where}: an AR step moves {_fmt_bytes(moved)} in total ("
+                + (f"{_fmt_bytes(moved / n_dev)} per device; " if n_dev > 1 else "")
+                + f"{share['weight_gemms']:.0%} of it weight GEMMs, {share['attention']:.0%} attention over the KV "
                 f"cache) at {ai:.0f} FLOP/B, below the device's ridge of {ridge:.0f} FLOP/B")
     elif bound == "compute":
         head = (f"compute-bound at {where}: the weight GEMMs of an AR step already run at about "
@@ -342,7 +344,7 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_pass) -> str:
            "is paid almost in full here, but the step's fixed costs (launches, host overhead, weight reads) "
            "are shared by more tokens")
     return (head + f"; {what} {q} tokens {how}: a step of {best} ({_cfg_text(b['config'])}) "
-            f"costs {cost:.2f}× an AR step (draft included) and yields {b['tokens_per_step']:.2f} tokens "
+            f"costs {cost:.2f}× an AR step (draft included) and yields {b['tokens_per_step']:.2f} tokens per sequence "
             f"→ {_r(b['speedup_vs_ar'])}× AR")
 
 
@@ -373,7 +375,8 @@ def recommend_on(fields: dict, hw, objective: str = "tokens_per_s") -> dict:
             c.pop("_goodness")
         return {"recommended": None, "hardware": hw_label, "objective": objective,
                 "reason": f"nothing fits on {hw_label}: even autoregressive decoding needs "
-                          f"{_fmt_bytes(cands['autoregressive']['peak_device_memory_bytes'])}",
+                          f"{_fmt_bytes(cands['autoregressive']['peak_device_memory_bytes'])} per device; "
+                          f"`costmodel plan` (without n_devices) finds how many devices it needs",
                 "candidates": list(cands.values()), "notes": notes}
     best = max(good, key=lambda k: (good[k], -FAMILIES.index(k)))
     ar_pass = evaluate_passes(_record(fam["autoregressive"][0].fields, hw))["decode"].cost

@@ -21,6 +21,7 @@ import os
 
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import evaluate
+from costmodel.inputs.file_kind import refuse_other_kind
 from costmodel.inputs.specs import Fields, load_yaml
 
 SCENARIO_KEYS = ("name", "description", "base", "hardware", "strategies", "notes", "article_figures")
@@ -29,6 +30,7 @@ SCENARIO_KEYS = ("name", "description", "base", "hardware", "strategies", "notes
 def load_scenario(path) -> dict:
     data = load_yaml(path)
     src = str(path)
+    refuse_other_kind(data, src, "scenario")
     f = Fields(data, src)
     f.check_keys(SCENARIO_KEYS)
     f.sub("base")

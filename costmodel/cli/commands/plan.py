@@ -44,6 +44,10 @@ def register(subparsers, common):
     p.add_argument("--prices", metavar="PRICES.yaml", help="prices per device-hour (see scenarios/prices_example.yaml)")
     p.add_argument("--max-devices", type=int, default=None, help="largest device count tried (default 64)")
     p.add_argument("--max-batch", type=int, default=None, help="largest batch tried (default 1024)")
+    p.add_argument("--margin", nargs="?", const="band", default=None, metavar="FRACTION",
+                   help="plan with headroom for the model's error: alone, the validation error band of each "
+                        "target's metric (validation/error_band.yaml); or a fraction, e.g. 0.2: latency "
+                        "targets become T·(1−m), throughput targets T·(1+m)")
     p.add_argument("--parallelism", choices=("tp", "tp_pp"), default=None,
                    help="tp: tensor parallel only; tp_pp (default): also tensor × pipeline parallel")
     p.set_defaults(func=run)
@@ -53,11 +57,13 @@ def run(args):
     from costmodel.analysis.plan import plan
     fields = parse_kv(args.fields)
     out = plan(fields, prices=args.prices, max_devices=args.max_devices, max_batch=args.max_batch,
-               parallelism=args.parallelism)
+               parallelism=args.parallelism, margin=args.margin)
     if args.format == "table":
         print(fmt.key_value_table({k: v for k, v in out.items() if not isinstance(v, (list, dict))}))
         for k, v in out.get("targets", {}).items():
-            print(f"{k}  {v:g}")
+            m = out.get("margin", {}).get(k)
+            print(f"{k}  {v:g}" + (f"  (planned for {out['targets_with_margin'][k]:g}: margin {m:.0%})"
+                                   if m is not None else ""))
         if out.get("options"):
             print("\nhardware options (best first):")
             print(fmt.table(out["options"], OPTION_COLUMNS))

@@ -31,8 +31,10 @@ def cmd_plot(args):
         raise InputError("folder does not exist", field="--output", value=out)
     summary = {"plot": args.kind, "output": out}
     if args.kind == "decision-map":
-        d = plots.decision_map(fields, out, batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
-                               contexts=_ints(args.contexts, "--contexts"), objective=args.objective)
+        d = plots.decision_map(fields, out,
+                               batch_sizes=_ints(args.batch_sizes, "--batch-sizes") if args.batch_sizes else None,
+                               contexts=_ints(args.contexts, "--contexts") if args.contexts else None,
+                               objective=args.objective)
         wins = {}
         for i in range(len(d["contexts"])):
             for j in range(len(d["batch_sizes"])):
@@ -40,6 +42,9 @@ def cmd_plot(args):
                     k = d["names"][d["winner"][i, j]]
                     wins[k] = wins.get(k, 0) + 1
         summary["cells_won"] = wins
+        summary["cells_nothing_fits"] = int((~d["fits"]).sum())
+        summary["batch_sizes"] = ",".join(str(b) for b in d["batch_sizes"])
+        summary["contexts"] = ",".join(str(c) for c in d["contexts"])
     elif args.kind == "roofline":
         d = plots.roofline(fields, out)
         summary["operators"] = len(d["ops"])
@@ -57,6 +62,10 @@ def cmd_plot(args):
         summary.update(axis=axis, metric=args.metric, points=len(values))
     if args.format == "table":
         print(f"wrote {out}")
+        if args.kind == "decision-map":
+            print(f"axes: batch sizes {summary['batch_sizes']}; contexts {summary['contexts']} "
+                  f"({summary['cells_nothing_fits']} of {d['fits'].size} cells: nothing fits); "
+                  "--batch-sizes and --contexts choose others")
     else:
         emit(args, summary, rows=[{k: v for k, v in summary.items() if not isinstance(v, dict)}])
 
@@ -73,8 +82,12 @@ def register(sub, common):
     p.add_argument("--objective", default="tokens_per_s",
                    choices=("tokens_per_s", "tokens_per_s_per_seq", "time_per_output_token_s", "e2e_latency_s"),
                    help="what 'best' means when tuning each strategy (default tokens_per_s)")
-    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256,512", help="decision-map columns")
-    p.add_argument("--contexts", default="128,256,512,1024,2048,4096,8192,16384,32768", help="decision-map rows")
+    p.add_argument("--batch-sizes", default=None,
+                   help="decision-map columns, e.g. 1,8,64 (default: powers of two up to one past the largest "
+                        "batch that fits on the device)")
+    p.add_argument("--contexts", default=None,
+                   help="decision-map rows, e.g. 512,4096 (default: powers of two from 128 up to one past the "
+                        "longest context that fits at batch 1)")
     p.add_argument("--metric", default="tokens_per_s", help="sweep: the output key to plot (default tokens_per_s)")
     p.add_argument("--axis", help="sweep: the axis, when several fields contain commas")
     p.add_argument("--strategies", help="sweep: comma-separated subset of strategies to draw")

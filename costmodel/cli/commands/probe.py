@@ -22,6 +22,7 @@ def cmd_probe(args):
         w = max(len(k) for k in row)
         for k, v in row.items():
             print(f"{k.ljust(w)}  {v:.4g}" if isinstance(v, float) else f"{k.ljust(w)}  {v}")
+        print(f"\ntrust: {res['trust']}")
         if res["output"]:
             print(f"\nuse it: costmodel eval hardware={res['output']} model=... batch_size=... prompt_len=...")
 
@@ -33,7 +34,9 @@ def register(sub, common):
                                    "The YAML it writes works wherever hardware= takes a path.")
     p.add_argument("--output", "-o", default="probed-hardware.yaml", metavar="FILE.yaml",
                    help="where to write the hardware YAML (default probed-hardware.yaml)")
-    p.add_argument("--quick", action="store_true", help="smaller arrays, fewer repetitions (well under a second)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller arrays, fewer repetitions (about a second); less trustworthy: the output says how "
+                        "far, and a full probe takes a few seconds")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
     p.add_argument("--id", default="probed", help="the id written into the file (default probed)")
     p.set_defaults(func=cmd_probe)

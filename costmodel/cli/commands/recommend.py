@@ -49,9 +49,10 @@ def cmd_recommend(args):
             r["config"] = ", ".join(f"{k}={v}" for k, v in c["config"].items())
             rows.append(r)
         cols = (("strategy", "strategy", None, "{}"), ("config", "config", None, "{}"),
-                ("tokens_per_s", "tok/s", 1, "{:.1f}"), ("tokens_per_s_per_seq", "tok/s/seq", 1, "{:.1f}"),
-                ("step_latency_s", "step ms", 1e3, "{:.2f}"), ("tokens_per_step", "tok/step", 1, "{:.2f}"),
-                ("speedup_vs_ar", "vs AR", 1, "{:.2f}x"), ("peak_device_memory_bytes", "peak GB", 1e-9, "{:.1f}"),
+                ("tokens_per_s", "tok/s total", 1, "{:.1f}"), ("tokens_per_s_per_seq", "tok/s/seq", 1, "{:.1f}"),
+                ("step_latency_s", "step ms", 1e3, "{:.2f}"), ("tokens_per_step", "tok/step/seq", 1, "{:.2f}"),
+                ("speedup_vs_ar", "vs AR", 1, "{:.2f}x"),
+                ("peak_device_memory_bytes", "peak GB/device", 1e-9, "{:.1f}"),
                 ("fits", "fits", None, "{}"), ("bound", "bound", None, "{}"), ("ratio_to_best", "vs best", 1, "{:.2f}"))
     if args.format == "csv":
         emit(args, res, rows=[{k: r.get(k) for k, *_ in cols} for r in rows])
@@ -64,6 +65,9 @@ def cmd_recommend(args):
         print(f"note: {n}")
     print()
     print(fmt.table(rows, cols))
+    if "win_probability" not in res:
+        print("tok/s total: all sequences over all devices; tok/s/seq and tok/step/seq: one sequence; "
+              "peak GB/device: the most loaded device")
 
 
 def register(sub, common):
