@@ -225,3 +225,77 @@ def test_tree_draft_runs_the_root_and_every_level_but_the_last():
     rows = [row for row in evaluate_passes(kw)["draft"].cost.ops if row[0] == "qkv_proj"]
     assert len(rows) == 2
     assert sum(float(row[1]) for row in rows) == 2 * 2048 * 6
+
+
+# --------------------------------------------------------------------------- draft on its own device, overlapped
+SEP = dict(BASE, batch_size=2, prompt_len=100, gen_len=20, strategy="speculative", draft_model=DRAFT_MODEL,
+           gamma=3, draft_placement="separate_device")
+
+
+def test_overlapped_draft_looks_ahead_at_batch_one_by_hand():
+    # one sequence: D = 3 draft passes, V = the verification of 4 tokens, X = 3 ids out and 4 back;
+    # the draft keeps drafting during V, usable with p = α^(γ·B) = 0.5^3: p·max(D, V) + (1 − p)·(D + V) + X
+    D = 3 * pass_s(DRAFT, 1, 111, 110)
+    V = pass_s(UNIT, 4, 450, 110)
+    X = (1e-5 + 12 / 1e11) + (1e-5 + 16 / 1e11)
+    lookahead = 0.5 ** 3 * max(D, V) + (1 - 0.5 ** 3) * (D + V) + X
+    kw = dict(SEP, batch_size=1, acceptance_rate=0.5)
+    r = evaluate(dict(kw, draft_schedule="overlap"))
+    assert r["step_latency_s"] == pytest.approx(lookahead, rel=1e-12)
+    # the time by bound is the serial step's, scaled to the shorter step; the work is unchanged
+    parts = sum(r[f"time_{b}_s"] for b in ("compute", "memory", "l2", "interconnect", "launch"))
+    assert parts == pytest.approx(lookahead, rel=1e-12)
+    serial = evaluate(kw)
+    assert serial["step_latency_s"] == pytest.approx(D + V + X, rel=1e-12)
+    assert r["time_interconnect_s"] == pytest.approx(X * lookahead / (D + V + X), rel=1e-12)
+    assert r["flops_per_step"] == serial["flops_per_step"] and r["hbm_bytes_per_step"] == serial["hbm_bytes_per_step"]
+    # τ given instead of α: the look-ahead uses the α that gives τ = 1.875 with γ = 3, i.e. 0.5
+    r_tau = evaluate(dict(kw, acceptance_rate=None, mean_accepted_tokens=1.875, draft_schedule="overlap"))
+    assert r_tau["step_latency_s"] == pytest.approx(lookahead, rel=1e-9)
+
+
+def test_overlapped_draft_runs_two_half_batches_by_hand():
+    # two sequences over a link whose 10 µs latency dwarfs the passes: p = 0.5^6 makes the look-ahead
+    # nearly serial, while two half-batches in flight pay one half's transfers: max(2·D½, 2·V½, D½ + V½ + X½)
+    D, V = 3 * pass_s(DRAFT, 2, 222, 220), pass_s(UNIT, 8, 900, 220)
+    X = (1e-5 + 24 / 1e11) + (1e-5 + 32 / 1e11)
+    Dh, Vh = 3 * pass_s(DRAFT, 1, 111, 110), pass_s(UNIT, 4, 450, 110)
+    Xh = (1e-5 + 12 / 1e11) + (1e-5 + 16 / 1e11)
+    lookahead = 0.5 ** 6 * max(D, V) + (1 - 0.5 ** 6) * (D + V) + X
+    halves = max(2 * Dh, 2 * Vh, Dh + Vh + Xh)
+    assert halves < lookahead < D + V + X
+    r = evaluate(dict(SEP, acceptance_rate=0.5, draft_schedule="overlap"))
+    assert r["step_latency_s"] == pytest.approx(halves, rel=1e-12)
+
+
+def test_overlapped_tree_draft_is_serial():
+    # no look-ahead is priced for trees (p = 0) and no half batches: D + V + X
+    kw = dict(SEP, **TREE, attention_kernel="prefix_aware")
+    kw.pop("gamma")
+    assert evaluate(dict(kw, draft_schedule="overlap"))["step_latency_s"] == \
+        pytest.approx(evaluate(kw)["step_latency_s"], rel=1e-12)
+
+
+# --------------------------------------------------------------------------- tree shapes
+def test_explicit_tree_parents_by_hand():
+    from costmodel import InputError
+    # parents (0, 0, 1, 1): the root has 2 children (ranks 1, 2), node 1 has 2 (ranks 1, 2);
+    # τ = 1 + 0.6 + 0.2 + 0.6·0.6 + 0.6·0.2 = 2.28
+    kw = dict(BASE, batch_size=2, prompt_len=100, gen_len=20, strategy="tree", draft_model="none",
+              tree_parents="0,0,1,1", rank_acceptance="0.6,0.2", attention_kernel="prefix_aware")
+    r = evaluate(kw)
+    assert r["tokens_per_step"] == pytest.approx(2.28, rel=1e-12)
+    # 5 tokens per sequence with the root; ancestor pairs 5 + Σ depths (1 + 1 + 2 + 2) = 11
+    assert r["step_latency_s"] == pytest.approx(pass_s(UNIT, 10, 2 * (5 * 110 + 11), 220), rel=1e-12)
+    with pytest.raises(InputError, match="parent of node 2 is 2") as e:
+        evaluate(dict(kw, tree_parents="0,2"))
+    assert e.value.field == "tree_parents"
+
+
+def test_full_tree_size_limit():
+    from costmodel import InputError
+    from costmodel.engine.tree import MAX_TREE_NODES, full_tree
+    assert full_tree(MAX_TREE_NODES, 1).n_nodes == 1024          # exactly the limit is allowed
+    with pytest.raises(InputError, match="1025 nodes") as e:
+        full_tree(MAX_TREE_NODES + 1, 1)
+    assert e.value.field == "tree_width"
