@@ -1,4 +1,4 @@
-"""Decisions: claim checking, recommendations (with and without hardware), probe and plots (issue 5)."""
+"""Decisions: claim checking, recommendations (with and without hardware), probe and plots."""
 
 import json
 import math

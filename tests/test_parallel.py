@@ -1,4 +1,4 @@
-"""Tensor / pipeline parallelism, multi-node links, draft placement and capacity planning (issue 8).
+"""Tensor / pipeline parallelism, multi-node links, draft placement and capacity planning.
 
 Hand computations use the zoo's a100-80gb links: scale_up α = 3.14 µs, β = 300 GB/s; network
 α = 10 µs, β = 25 GB/s; 8 devices per node. Llama-2-70B: 80 layers, d_model 8192, 64 heads, 8 KV heads.

@@ -1,4 +1,4 @@
-"""Every bad input gets one clear message and exit status 2 (DESIGN §5): bad `costmodel eval` words,
+"""Every bad input gets one clear message and exit status 2: bad `costmodel eval` words,
 malformed and hostile YAML, missing files. Kinds and messages: docs/errors.md."""
 
 from __future__ import annotations

@@ -299,3 +299,49 @@ def test_full_tree_size_limit():
     with pytest.raises(InputError, match="1025 nodes") as e:
         full_tree(MAX_TREE_NODES + 1, 1)
     assert e.value.field == "tree_width"
+
+
+# --------------------------------------------------------------------------- attention FLOPs: the pairs
+# A short decode step is memory-bound, so its time does not show the attention's pairs; its FLOPs do:
+# 4 · heads · head_dim = 4·4·16 = 256 FLOPs per (query, key) pair per layer, 2 layers.
+
+def _attention_flops(record, pass_name):
+    return _attention_row(evaluate_passes(record)[pass_name].cost)[0]
+
+
+def test_attention_pairs_of_each_pass_by_hand():
+    kw = dict(BASE, batch_size=2, prompt_len=100, gen_len=20)
+    assert _attention_flops(kw, "decode") == 2 * 256 * 2 * 111
+    assert _attention_flops(kw, "prefill") == 2 * 256 * 10_100
+    spec = dict(kw, strategy="speculative", draft_model=DRAFT_MODEL, gamma=3, acceptance_rate=0.5)
+    assert _attention_flops(spec, "verify") == 2 * 256 * 900
+    # the unit draft: 1 layer, 4·2·16 = 128 FLOPs per pair; 3 passes of 2·111 pairs
+    rows = [r for r in evaluate_passes(spec)["draft"].cost.ops if r[0] == "attention"]
+    assert sum(float(r[1]) for r in rows) == 3 * 128 * 222
+    tree = dict(kw, **TREE, draft_model="none")
+    assert _attention_flops(dict(tree, attention_kernel="dense_masked"), "verify") == 2 * 256 * 2 * 7 * 117
+    assert _attention_flops(dict(tree, attention_kernel="prefix_aware"), "verify") == 2 * 256 * 2 * (7 * 110 + 17)
+    assert _attention_flops(dict(tree, attention_kernel="per_branch"), "verify") == 2 * 256 * 2 * (24 + 110 * 12)
+
+
+def test_shared_prefix_pairs_and_kernels_by_hand():
+    # 2 prompts × 4 branches, prefix 50,000, 1 unique token per branch (L = 50,001): every branch's query
+    # sees its whole context plus itself, 8·50,002 pairs, with a per-branch or a prefix-aware kernel
+    kw = dict(BASE, batch_size=2, prompt_len=50_000, gen_len=2, strategy="shared_prefix", n_branches=4,
+              shared_prefix_len=50_000)
+    for kernel in ("per_branch", "prefix_aware"):
+        assert _attention_flops(dict(kw, attention_kernel=kernel), "decode") == 2 * 256 * 8 * 50_002
+    # dense_masked: one block over the prompt's prefix and all 4 branches' tokens: 8·(50,000 + 4 + 1)
+    # pairs, the KV read once per prompt: 2·(50,000 + 4)
+    dense = dict(kw, attention_kernel="dense_masked")
+    assert _attention_flops(dense, "decode") == 2 * 256 * 8 * 50_005
+    assert evaluate(dense)["step_latency_s"] == pytest.approx(pass_s(UNIT, 8, 8 * 50_005, 100_008), rel=1e-12)
+    # without sharing each of the 8 branches would store its 50,002 tokens (256 B each); under pp = 2
+    # that is still the whole cache over both devices
+    for extra in ({}, dict(n_devices=2, pipeline_parallel=2)):
+        r = evaluate(dict(dense, **extra))
+        assert r["kv_cache_bytes_unshared"] == 8 * 50_002 * 256
+        assert r["kv_cache_bytes"] == 2 * (50_000 + 4 * 2) * 256
+    # shared_prefix_len = 0: the whole prompt is the prefix
+    whole = evaluate(dict(dense, shared_prefix_len=0))
+    assert whole["step_latency_s"] == evaluate(dense)["step_latency_s"]

@@ -20,8 +20,8 @@ from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, p
 ROOT = Path(__file__).resolve().parent.parent
 CSV = VALIDATION_DIR / "measurements.csv"
 
-# Regression guard on the held-out (leave-one-source-out) errors: the issue's goals (10 % / 30 % /
-# 80 %, test_goals_of_issue_4) and, for the share within 25 %, a little below what the model reaches
+# Regression guard on the held-out (leave-one-source-out) errors: the accuracy goals (median 10 %,
+# p90 30 %, 80 % within 25 %) and, for the share within 25 %, a little below what the model reaches
 # today. History (median / p90 / within 25 %, validation/REPORT.md): 12.8 / 36.2 / 72.7 at the start
 # of 2026-11-30; 12.3 / 35.6 / 73.7 with the runtimes' quantised weight formats and the auto all-reduce;
 # 11.3 / 33.7 / 79.8 with the per-step host work of speculation; 11.2 / 32.1 / 81.8 with the per-SM

@@ -1,4 +1,5 @@
-"""Issue 2's must-show figures, computed through the public API."""
+"""Headline figures of the roofline (bandwidth floor, 70B memory, device order, bound at small and large
+batch, Orin power modes) and the listing commands, through the public API."""
 
 import pytest
 
