@@ -3,7 +3,7 @@
     python benchmarks/bench_sweep.py            # or: make bench
     python benchmarks/bench_sweep.py --rows 100000 --profile
 
-What it measures (issue 6 goals: ≥ 500× llm-analysis per configuration, evaluate() < 1 ms,
+What it measures (the project's goals: ≥ 500× llm-analysis per configuration, evaluate() < 1 ms,
 peak memory < 2 GB):
 
 * ``costmodel.sweep`` of 1,000,000 rows: batch_size 1..1000 × prompt_len 16..16000 step 16, one

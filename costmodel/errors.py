@@ -20,11 +20,35 @@ class InputError(ValueError):
             parts.append(f"field '{field}'")
         prefix = ": ".join(parts)
         text = f"{prefix}: {message}" if prefix else message
-        if value is not None and "got" not in message and str(value) not in message:
-            text += f" (got {value!r})"
+        if value is not None and "got" not in message:
+            v = shown(value)
+            if v.strip("'") not in message:
+                text += f" (got {v})"
         if allowed:
             text += f"; allowed: {allowed}"
-        super().__init__(text)
+        super().__init__(shown_text(text, MAX_MESSAGE_CHARS))
+
+
+#: an error message is cut to this many characters (a value is never printed in full)
+MAX_MESSAGE_CHARS = 2000
+
+
+def shown(value, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters without building the full repr first
+    (reprlib looks at a bounded number of elements and levels: an alias-bomb list of 10^9 items
+    or a 1 GB string costs no more than a short one)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = max(limit, 12)
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = 6
+    r.maxlevel = 3
+    return shown_text(r.repr(value), limit)
+
+
+def shown_text(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters ("..." marks the cut)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def suggest(word: str, choices, aliases: dict | None = None, n: int = 3) -> str:
@@ -38,6 +62,8 @@ def suggest(word: str, choices, aliases: dict | None = None, n: int = 3) -> str:
     import difflib
 
     w = str(word).strip().lower()
+    if len(w) > 100:                # nothing is that long; difflib's cost grows with the product of lengths
+        return ""
     names = [str(c) for c in choices]
     low = {c: c.lower() for c in names}
 

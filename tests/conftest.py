@@ -13,3 +13,25 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 @pytest.fixture
 def data_dir():
     return DATA
+
+
+@pytest.fixture(scope="session")
+def measurements():
+    """The project's validation rows (validation/measurements.csv), parsed."""
+    from costmodel.calibration.validate import load_measurements
+    return load_measurements()
+
+
+@pytest.fixture(scope="session")
+def loso(measurements):
+    """Held-out run by source table (leave-one-table-out refits, a few seconds)."""
+    from costmodel.calibration import calibrate
+    return calibrate.leave_one_source_out(measurements, by="group")
+
+
+@pytest.fixture(scope="session")
+def lopo(measurements):
+    """Held-out run by publication (leave-one-publication-out, the headline: what `costmodel validate
+    --report` writes to error_band.yaml and the README quotes)."""
+    from costmodel.calibration import calibrate
+    return calibrate.leave_one_source_out(measurements)

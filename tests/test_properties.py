@@ -11,7 +11,8 @@ import dataclasses
 import math
 import os
 
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import assume, given, settings, strategies as st
 
 from costmodel import evaluate, load_hardware, load_model
 from costmodel.engine.evaluate import OUTPUT_KEYS
@@ -23,7 +24,8 @@ from costmodel.engine.tree import Tree
 HARDWARE = zoo_ids("hardware_specs")
 MODELS = zoo_ids("model_specs")
 RUNTIMES = zoo_ids("runtimes")
-DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
 SMALL_DRAFTS = ("llama-68m", "vicuna-68m", "tinyllama-1.1b", "sheared-llama-1.3b")
 STRATEGIES = ("autoregressive", "speculative", "tree", "shared_prefix")
 
@@ -55,15 +57,17 @@ def records(draw, strategies=STRATEGIES, tree_shapes=("full", "nodes", "parents"
     m = load_model(model)
     tp = draw(st.sampled_from([d for d in (1, 2, 4, 8) if m.n_heads % d == 0]))
     pp = draw(st.sampled_from([d for d in (1, 1, 2) if m.n_layers % d == 0]))
+    prompt = draw(st.integers(1, min(32768, m.max_context - 1)))      # within the model's max_context
     rec = dict(model=model, hardware=draw(st.sampled_from(HARDWARE)), runtime=draw(st.sampled_from(RUNTIMES)),
-               batch_size=draw(st.integers(1, 256)), prompt_len=draw(st.integers(1, 32768)),
-               gen_len=draw(st.integers(1, 4096)), n_devices=tp * pp, tensor_parallel=tp, pipeline_parallel=pp,
-               weight_dtype=draw(st.sampled_from(DTYPES)))
+               batch_size=draw(st.integers(1, 256)), prompt_len=prompt,
+               gen_len=draw(st.integers(1, min(4096, m.max_context - prompt))), n_devices=tp * pp,
+               tensor_parallel=tp, pipeline_parallel=pp, weight_dtype=draw(st.sampled_from(DTYPES)))
+    drafts = tuple(d for d in SMALL_DRAFTS if load_model(d).vocab_size == m.vocab_size)   # same tokenizer
     if draw(st.booleans()):
-        rec["kv_dtype"] = draw(st.sampled_from(DTYPES))
+        rec["kv_dtype"] = draw(st.sampled_from(KV_DTYPES))
     s = rec["strategy"] = draw(st.sampled_from(strategies))
     if s == "speculative":
-        rec["draft_model"] = draw(st.sampled_from(("none", "self") + SMALL_DRAFTS))
+        rec["draft_model"] = draw(st.sampled_from(("none", "self") + drafts))
         g = rec["gamma"] = draw(st.integers(1, 8))
         if draw(st.booleans()):
             rec["acceptance_rate"] = draw(st.floats(0.0, 0.99))
@@ -75,7 +79,7 @@ def records(draw, strategies=STRATEGIES, tree_shapes=("full", "nodes", "parents"
         if draw(st.booleans()):
             rec["draft_kv_budget"] = draw(st.integers(16, 4096))
     elif s == "tree":
-        rec["draft_model"] = draw(st.sampled_from(("none", "medusa", "eagle", "self") + SMALL_DRAFTS))
+        rec["draft_model"] = draw(st.sampled_from(("none", "medusa", "eagle", "self") + drafts))
         rec["attention_kernel"] = draw(st.sampled_from(("prefix_aware", "per_branch", "dense_masked")))
         rec["batch_sync"] = draw(st.sampled_from(("ragged", "lockstep")))
         shape = draw(st.sampled_from(tree_shapes))
@@ -169,6 +173,7 @@ def test_more_bandwidth_or_flops_never_slower(rec, what, k):
 @given(records(), st.sampled_from(("prompt_len", "gen_len")), st.integers(1, 8192))
 def test_longer_context_never_faster(rec, axis, extra):
     longer = dict(rec, **{axis: rec[axis] + extra})
+    assume(longer["prompt_len"] + longer["gen_len"] <= load_model(rec["model"]).max_context)
     a, b = evaluate(rec), evaluate(longer)
     keys = time_keys(rec)
     if axis == "gen_len":      # the prompt is the same: prefill does not change
@@ -249,7 +254,7 @@ def test_tensor_parallel_never_increases_per_device_weights(model, hw, dtype, da
     t1 = data.draw(st.sampled_from(tps))
     t2 = data.draw(st.sampled_from([t for t in tps if t >= t1]))
     base = dict(model=model, hardware=hw, batch_size=data.draw(st.integers(1, 64)),
-                prompt_len=data.draw(st.integers(1, 8192)), weight_dtype=dtype)
+                prompt_len=data.draw(st.integers(1, min(8192, m.max_context - 128))), weight_dtype=dtype)
     a = evaluate(dict(base, n_devices=t1))
     b = evaluate(dict(base, n_devices=t2))
     assert le(b["memory_target_weights_bytes"], a["memory_target_weights_bytes"])
@@ -274,3 +279,19 @@ def test_every_zoo_pair_gives_finite_results():
                 out = evaluate(dict(model=model, hardware=hw, batch_size=b, prompt_len=1024))
                 for k, v in numeric(out).items():
                     assert math.isfinite(v) and v >= 0, (hw, model, k, v)
+
+
+@given(st.sampled_from([i for i in MODELS if load_model(i).n_window_layers]), st.sampled_from(HARDWARE),
+       st.integers(1, 64), st.integers(0, 1024), st.integers(1, 1024), st.sampled_from((1, 2)))
+def test_windowed_layers_stop_growing(model, hw, batch, past, extra, tp):
+    """Past the window, a longer prompt adds KV only on global layers (windowed layers hold their window):
+    growth = B · extra · per-layer bytes · global layers · tp (every device of the group)."""
+    from costmodel.engine.evaluate import build_exec
+    m = load_model(model)
+    rec = dict(model=model, hardware=hw, batch_size=batch, prompt_len=m.attention_window + past, gen_len=64,
+               n_devices=tp)
+    longer = dict(rec, prompt_len=rec["prompt_len"] + extra)
+    a, b = evaluate(rec), evaluate(longer)
+    ex = build_exec(parse_record(rec))
+    growth = batch * extra * ex.kv_bytes_per_token_layer * m.n_global_layers * tp
+    assert b["kv_cache_bytes"] - a["kv_cache_bytes"] == pytest.approx(growth, rel=1e-9)

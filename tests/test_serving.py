@@ -15,7 +15,8 @@ from costmodel.serving import serve
 from costmodel.serving.workload import gamma_for, parse_gamma_schedule
 
 AR = {"model": "llama-3-8b", "hardware": "h100-sxm", "runtime": "vllm"}
-SPEC = dict(AR, strategy="speculative", draft_model="llama-68m", gamma=4, acceptance_rate=0.6)
+# a draft must share the target's tokenizer: Llama-3.2-1B drafts for Llama-3-8B (128,256 tokens)
+SPEC = dict(AR, strategy="speculative", draft_model="llama-3.2-1b", gamma=4, acceptance_rate=0.75)
 
 
 def test_chunk_terms_by_hand():
@@ -140,3 +141,23 @@ def test_cli_serve(capsys):
               "mean_running_seqs", "mean_concurrency", "kv_utilisation_mean"):
         assert k in out
     assert main(["serve", "model=llama-3-8b", "hardware=h100-sxm", "block_size=x"]) == 2
+
+
+def test_multi_step_scheduling_delays_admission(tmp_path):
+    """vLLM's multi-step scheduling: once decoding, the scheduler looks at the queue every N steps.
+    Request 0 arrives at t = 0 (prefill, then decoding alone); request 1 arrives 2.5 of its decode
+    steps later. Single-step: request 1 starts within one step. N = 10: it waits for the block to
+    end, 10 − 2.5 = 7.5 more decode steps (± 1 for where the arrival falls in a step)."""
+    base = {"model": "llama-2-7b", "hardware": "a100-80gb", "runtime": "vllm"}
+    one = costmodel.serve(base, request_rate=1.0, num_requests=1, prompt_len=100, gen_len=60,
+                          chunked_prefill=False)
+    tpot, ttft0 = one["tpot_s"]["mean"], one["ttft_s"]["mean"]
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"arrival_s,prompt_len,gen_len\n0,100,60\n{ttft0 + 2.5 * tpot},100,60\n")
+    waits = {}
+    for n in (1, 10):
+        sim = costmodel.serve(base, arrival=str(trace), num_scheduler_steps=n, chunked_prefill=False)
+        assert sim["requests_completed"] == 2
+        waits[n] = sim["ttft_s"]["p99"]          # the larger TTFT: request 1's
+    extra = waits[10] - waits[1]
+    assert 6.5 * tpot < extra < 8.5 * tpot

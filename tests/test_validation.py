@@ -20,32 +20,25 @@ from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, p
 ROOT = Path(__file__).resolve().parent.parent
 CSV = VALIDATION_DIR / "measurements.csv"
 
-# Regression guard on the held-out (leave-one-source-out) errors: the accuracy goals (median 10 %,
-# p90 30 %, 80 % within 25 %) and, for the share within 25 %, a little below what the model reaches
+# Regression guard on the leave-one-table-out errors: the goals first set for them (10 % / 30 % /
+# 80 %) and, for the share within 25 %, a little below what the model reaches
 # today. History (median / p90 / within 25 %, validation/REPORT.md): 12.8 / 36.2 / 72.7 at the start
 # of 2026-11-30; 12.3 / 35.6 / 73.7 with the runtimes' quantised weight formats and the auto all-reduce;
 # 11.3 / 33.7 / 79.8 with the per-step host work of speculation; 11.2 / 32.1 / 81.8 with the per-SM
 # bandwidth cap; 83.8 % within 25 % once the served-stream rows stopped calibrating; 9.9 / 29.2 / 85.9
 # with the GEMM overlap (√(c² + m²)) near the ridge.
-GUARD = {"median_abs_rel_error": 0.10, "p90_abs_rel_error": 0.30, "within_25pct": 0.84}
+# Leave-one-table-out: 9.1 / 29.2 / 86.9 with a fitted per-step speculation cost and kernels_per_pass;
+# 9.3 / 30.7 / 82.8 with both counted from the code instead (the less strict protocol loses a little
+# of what the fit absorbed; the headline below gains far more).
+GUARD = {"median_abs_rel_error": 0.10, "p90_abs_rel_error": 0.31, "within_25pct": 0.82}
 # Leave-one-publication-out (the headline): 18.1 / 81.6 / 56.6 before physical bounds; 18.2 / 82.9 / 57.6
-# with every efficiency <= 1.
-LOPO_GUARD = {"median_abs_rel_error": 0.19, "p90_abs_rel_error": 0.85, "within_25pct": 0.55}
+# with every efficiency <= 1; 14.7 / 50.5 / 69.7 with the speculation host work counted and unseen
+# parameters kept at their priors.
+LOPO_GUARD = {"median_abs_rel_error": 0.15, "p90_abs_rel_error": 0.51, "within_25pct": 0.69}
 
 
-@pytest.fixture(scope="module")
-def measurements():
-    return load_measurements()
-
-
-@pytest.fixture(scope="module")
-def loso(measurements):
-    return calibrate.leave_one_source_out(measurements, by="group")
-
-
-@pytest.fixture(scope="module")
-def lopo(measurements):
-    return calibrate.leave_one_source_out(measurements)
+# fixtures `measurements`, `loso` (leave-one-table-out) and `lopo` (leave-one-publication-out):
+# conftest.py (shared with test_readme.py)
 
 
 def test_every_row_parses_and_evaluates(measurements):
@@ -199,8 +192,9 @@ def test_error_band_file_shape():
     band = yaml.safe_load((VALIDATION_DIR / "error_band.yaml").read_text())
     assert set(band) == {"source", "overall", "by_metric", "by_metric_regime"}
     assert "leave-one-publication-out held-out" in band["source"]
+    assert set(band["overall"]) == {"n", "median_abs_rel_error", "p90_abs_rel_error", "within_25pct"}
     regimes = [x for d in band["by_metric_regime"].values() for x in d.values()]
-    for s in [band["overall"], *band["by_metric"].values(), *regimes]:
+    for s in [*band["by_metric"].values(), *regimes]:
         assert set(s) == {"n", "median_abs_rel_error", "p90_abs_rel_error"}
         assert s["n"] > 0 and 0 <= s["median_abs_rel_error"] <= s["p90_abs_rel_error"] + 1e-12
     assert {"speedup_vs_ar", "tokens_per_s_per_seq"} <= set(band["by_metric"])

@@ -3,7 +3,7 @@ table of published measurements (``published_measurements.csv``, kept outside th
 
     python validation/build_measurements.py PATH/TO/published_measurements.csv
 
-Every reference row is either mapped to a record (DESIGN §4) plus ``id, metric, value, source``
+Every reference row is either mapped to a record (costmodel/inputs/fields.py) plus ``id, metric, value, source``
 columns, or listed in ``excluded.csv`` with the reason. The mapping is written out row by row
 below so that every assumption (prompt length, tree shape, runtime) is visible and reviewable.
 Rows we derived ourselves (an AR baseline quoted in another row's ``baseline_value``, a model
@@ -383,7 +383,7 @@ def exclusion_reason(rid: str):
 
 
 def extra_rows():
-    """Per-token KV sizes (DESIGN §2: 2 · layers · kv_heads · head_dim · bytes), quoted in the reference
+    """Per-token KV sizes (2 · layers · kv_heads · head_dim · bytes), quoted in the reference
     notes (speculation_formulas.md A.3), derived from each model's config.json."""
     common = dict(hardware="a100-80gb", n_devices=1, weight_dtype="fp16", runtime="compiled", batch_size=1,
                   prompt_len=1, gen_len=128, strategy="autoregressive", source_group="kv-per-token",

@@ -1,4 +1,4 @@
-"""Claim checking: ``check(claims)`` -> a verdict per claim (DESIGN §4–§5; user guide: docs/decisions.md).
+"""Claim checking: ``check(claims)`` -> a verdict per claim (verdicts: docs/design.md, "Command line"; user guide: docs/decisions.md).
 
 A claim is a record plus ``id``, ``text`` and either ``metric`` + ``value`` or ``values`` (a mapping
 metric -> value, or a list of ``{metric, value, text}``). Values: a number, a ``[low, high]`` range,
@@ -57,6 +57,7 @@ from costmodel.analysis.claim_needs import add_needed_alpha
 from costmodel.analysis.claims_model import Limits, Predictor, band_verdict, bound_violations, clear_cache, \
     fmt_figure, hard_limits, parse_claim_record, recommend_cached, record_fields
 from costmodel.errors import InputError
+from costmodel.inputs import rules
 from costmodel.inputs.record import STRATEGIES
 
 __all__ = ["check", "check_claim", "load_claims", "load_error_band", "SEVERITY", "VERDICTS"]
@@ -161,14 +162,14 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
     tau, alpha = fields.get("mean_accepted_tokens"), fields.get("acceptance_rate")
     if strat in ("speculative", "spec") and tau is not None:
         g = float(fields.get("gamma", 4))
-        if float(tau) > g + 1:
+        if rules.tau_exceeds_chain(float(tau), g):
             pre.append(("impossible", "mean_accepted_tokens",
                         f"τ = {float(tau):g} tokens per step from a chain of γ = {g:g} drafts exceeds γ + 1 = {g + 1:g}"))
             fields["mean_accepted_tokens"] = g + 1.0
         elif alpha is not None:
             from costmodel.engine.acceptance import chain_tokens_per_step
             implied = float(chain_tokens_per_step(float(alpha), g))
-            if abs(implied - float(tau)) > 0.05 * float(tau):
+            if rules.taus_disagree(implied, float(tau)):
                 pre.append(("inconsistent", "mean_accepted_tokens",
                             f"α = {float(alpha):g} at γ = {g:g} gives τ = {implied:.2f}, but the claim states τ = {float(tau):g}"))
                 fields.pop("mean_accepted_tokens")
@@ -371,11 +372,14 @@ def check(claims, *, band=None) -> dict:
     if isinstance(claims, (str, os.PathLike)):
         items = load_claims(claims)
     elif isinstance(claims, dict) and "claims" in claims:
+        if not isinstance(claims["claims"], (list, tuple)):
+            raise InputError(f"must be a list of claims, got {type(claims['claims']).__name__}", field="claims")
         items = list(claims["claims"])
     elif isinstance(claims, (list, tuple)):
         items = list(claims)
     else:
-        raise InputError("claims must be a path, a mapping with 'claims:', or a list of claims")
+        raise InputError(f"claims must be a path, a mapping with 'claims:', or a list of claims, got "
+                         f"{type(claims).__name__}", field="claims")
     out = []
     ids = set()
     clear_cache()

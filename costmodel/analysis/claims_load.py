@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown, shown_text
 
 HIGHER_BETTER = {"tokens_per_s", "tokens_per_s_per_seq", "tokens_per_step", "speedup_vs_ar",
                  "arithmetic_intensity", "hardware.bandwidth_bytes_per_s", "hardware.capacity_bytes",
@@ -61,32 +61,67 @@ def load_error_band(band=None) -> ErrorBand:
         return band
     src = "mapping"
     if band is None or isinstance(band, (str, os.PathLike)):
+        from costmodel.inputs.specs import _path_test, input_path
         path = Path(band) if band is not None else default_band_path()
-        if not path.is_file():
+        if band is not None and _path_test(path.exists):
+            path = input_path(path, "an error band YAML")          # a directory, a FIFO, ...
+        elif band is not None and any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in path.parts):
+            input_path(path, "an error band YAML")                 # raises: a name component over 255 bytes
+        if not _path_test(path.is_file):
             raise InputError("no validation error band found: claims are judged against the model's measured "
                              "error, so run `costmodel validate --report` first (it writes "
-                             "validation/error_band.yaml), or pass one with --band FILE", source=str(path))
+                             "validation/error_band.yaml), or pass one with --band FILE", source=shown_text(str(path), 200))
         from costmodel.inputs.specs import load_yaml
         band, src = load_yaml(path), str(path)
     if not isinstance(band, dict) or not isinstance(band.get("overall"), dict):
         raise InputError("an error band needs 'overall: {n, median_abs_rel_error, p90_abs_rel_error}'",
                          source=src, field="overall")
-    try:
-        overall = float(band["overall"]["p90_abs_rel_error"])
-    except (KeyError, TypeError, ValueError):
-        raise InputError("must be a number", source=src, field="overall.p90_abs_rel_error") from None
-    if not (overall >= 0 and math.isfinite(overall)):
-        raise InputError(f"must be a non-negative number, got {overall}", source=src,
-                         field="overall.p90_abs_rel_error")
+    overall = _band_number(band["overall"].get("p90_abs_rel_error"), src, "overall.p90_abs_rel_error")
     by = band.get("by_metric") or {}
     if not isinstance(by, dict):
         raise InputError("must be a mapping metric -> {n, p90_abs_rel_error}", source=src, field="by_metric")
+    by_metric = {}
+    for k, v in by.items():
+        where = f"by_metric.{shown_text(str(k), 60)}"
+        if v is not None and not isinstance(v, dict):
+            raise InputError("must be a mapping {n, p90_abs_rel_error}", source=src, field=where)
+        v = dict(v or {})
+        if v.get("p90_abs_rel_error") is not None:
+            v["p90_abs_rel_error"] = _band_number(v["p90_abs_rel_error"], src, where + ".p90_abs_rel_error")
+        n = v.get("n", 0)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InputError(f"must be a row count (an integer >= 0), got {shown(n)}", source=src, field=where + ".n")
+        by_metric[str(k)] = v
     byr = band.get("by_metric_regime") or {}
     if not isinstance(byr, dict) or not all(isinstance(v, dict) for v in byr.values()):
         raise InputError("must be a mapping metric -> regime -> {n, p90_abs_rel_error}", source=src,
                          field="by_metric_regime")
-    return ErrorBand(overall=overall, by_metric={str(k): dict(v or {}) for k, v in by.items()}, source=src,
-                     by_metric_regime={str(k): {str(r): dict(x or {}) for r, x in v.items()} for k, v in byr.items()})
+    by_regime = {}
+    for k, regs in byr.items():
+        by_regime[str(k)] = {}
+        for r, x in regs.items():
+            where = f"by_metric_regime.{shown_text(str(k), 60)}.{shown_text(str(r), 60)}"
+            if x is not None and not isinstance(x, dict):
+                raise InputError("must be a mapping {n, p90_abs_rel_error}", source=src, field=where)
+            x = dict(x or {})
+            if x.get("p90_abs_rel_error") is not None:
+                x["p90_abs_rel_error"] = _band_number(x["p90_abs_rel_error"], src, where + ".p90_abs_rel_error")
+            by_regime[str(k)][str(r)] = x
+    return ErrorBand(overall=overall, by_metric=by_metric, source=src, by_metric_regime=by_regime)
+
+
+#: largest relative error a band may state: 10 = 1000 % (a band wider than that judges nothing)
+MAX_BAND = 10.0
+
+
+def _band_number(v, src: str, field: str) -> float:
+    """A band's p90 |relative error|: a finite number in [0, MAX_BAND]."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(f"must be a number, got {shown(v)}", source=src, field=field)
+    if not 0 <= v <= MAX_BAND:         # also refuses nan, and an integer beyond float range
+        raise InputError(f"out of range: {shown(v)}", source=src, field=field,
+                         allowed=f"a relative error 0 <= p90 <= {MAX_BAND:g} ({MAX_BAND:.0%})")
+    return float(v)
 
 
 # --------------------------------------------------------------------------- loading
@@ -110,9 +145,15 @@ def load_claims(path) -> list:
             raise InputError("each claim must be a mapping", source=src, field=f"claims[{i}]")
         c = dict(c)
         if "base" in c:
+            if not isinstance(c["base"], str):
+                raise InputError(f"must be the name of a base, got {shown(c['base'])}", source=src,
+                                 field=f"claims[{i}].base", allowed=", ".join(map(str, bases)) or "(no bases defined)")
             b = bases.get(c["base"])
+            if b is not None and not isinstance(b, dict):
+                raise InputError("a base must be a mapping of record fields", source=src,
+                                 field=f"bases.{shown_text(c['base'])}")
             if b is None:
-                raise InputError(f"unknown base {c['base']!r}", source=src, field=f"claims[{i}].base",
+                raise InputError(f"unknown base {shown(c['base'])}", source=src, field=f"claims[{i}].base",
                                  allowed=", ".join(bases) or "(no bases defined)")
             c = {**b, **c}
         for k in PATH_FIELDS:
@@ -158,32 +199,57 @@ class Claimed:
     raw: object = None
 
 
+def _claim_number(x, src: str, metric: str) -> float:
+    """A claimed number: finite (not nan/inf, not an integer beyond float range)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise InputError(f"a claimed value must be a finite number, got {shown(x)}", source=src, field=metric,
+                         allowed="a finite number, [low, high], '< x' / '>= x', true/false, or a name")
+    return f
+
+
+def _text_number(s: str):
+    """float(s) for plain ASCII number text, else None ('nan'/'inf' included: refused by the caller)."""
+    if not s.isascii():
+        return None
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
 def parse_value(v, src: str, metric: str) -> Claimed:
     if isinstance(v, bool):
         return Claimed("bool", name=str(v).lower(), raw=v)
     if isinstance(v, (int, float)):
-        return Claimed("point", float(v), float(v), raw=v)
-    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
-        lo, hi = sorted(float(x) for x in v)
+        x = _claim_number(v, src, metric)
+        return Claimed("point", x, x, raw=v)
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                            for x in v):
+        lo, hi = sorted(_claim_number(x, src, metric) for x in v)
         return Claimed("range", lo, hi, raw=list(v))
     if isinstance(v, str):
         s = v.strip()
         for op, kind in (("<=", "le"), (">=", "ge"), ("<", "lt"), (">", "gt")):
             if s.startswith(op):
-                try:
-                    x = float(s[len(op):].strip())
-                except ValueError:
+                x = _text_number(s[len(op):].strip())
+                if x is None:
                     break
+                x = _claim_number(x, src, metric)
                 return Claimed(kind, x, x, raw=v)
-        try:
-            x = float(s)
+        x = _text_number(s)
+        if x is not None:
+            x = _claim_number(x, src, metric)
             return Claimed("point", x, x, raw=v)
-        except ValueError:
-            pass
+        if len(s) > 200:
+            raise InputError(f"a claimed name is at most 200 characters, got {len(s)}", source=src, field=metric)
         if s.lower() in ("true", "false"):
             return Claimed("bool", name=s.lower(), raw=v)
         return Claimed("name", name=s.lower().replace("-", "_"), raw=v)
-    raise InputError(f"unsupported claim value {v!r}", source=src, field=metric,
+    raise InputError(f"unsupported claim value {shown(v)}", source=src, field=metric,
                      allowed="a number, [low, high], '< x' / '>= x', true/false, or a name")
 
 

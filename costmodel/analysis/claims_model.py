@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown
 from costmodel.inputs.record import parse_record
 
 from costmodel.analysis.claims_load import Claimed, ErrorBand, higher_is_better
@@ -38,13 +38,21 @@ def _override(fields: dict, over: dict) -> dict:
 def _hw_metric(rec, metric: str) -> float:
     from costmodel.inputs.hardware import load_hardware
     hw = load_hardware(rec.hardware, rec.power_mode)
+    import dataclasses
+
+    from costmodel.inputs.hardware import DTYPES
     key = metric.split(".", 1)[1]
+    allowed = ("hardware.<a numeric field of the hardware spec, e.g. bandwidth_bytes_per_s, capacity_bytes, "
+               "usable_bytes, l2_bytes>, hardware.matrix_flops_per_s.<dtype>")
     if key.startswith("matrix_flops_per_s"):
-        return hw.matrix_peak(key.split(".", 1)[1] if "." in key else "fp16")
-    if not hasattr(hw, key):
-        raise InputError(f"unknown hardware metric {metric!r}", field="metric",
-                         allowed="hardware.bandwidth_bytes_per_s, hardware.capacity_bytes, hardware.usable_bytes, "
-                                 "hardware.l2_bytes, hardware.matrix_flops_per_s.<dtype>")
+        dt = key.split(".", 1)[1] if "." in key else "fp16"
+        if dt not in DTYPES:
+            raise InputError(f"unknown dtype in {shown(metric)}", field="metric", allowed=", ".join(DTYPES))
+        return hw.matrix_peak(dt)
+    numeric = {f.name for f in dataclasses.fields(hw)
+               if isinstance(getattr(hw, f.name), (int, float)) and not isinstance(getattr(hw, f.name), bool)}
+    if key not in numeric:          # only the spec's numeric fields: never an attribute such as __class__
+        raise InputError(f"unknown hardware metric {shown(metric)}", field="metric", allowed=allowed)
     return float(getattr(hw, key))
 
 
@@ -118,7 +126,7 @@ class Predictor:
             v = self.out[metric]
         else:
             allowed = sorted(k for k, x in self.out.items() if isinstance(x, (int, float, bool, str)))
-            raise InputError(f"unknown metric {metric!r}", field="metric",
+            raise InputError(f"unknown metric {shown(metric)}", field="metric",
                              allowed=", ".join(allowed + sorted(DERIVED)) + ", hardware.<field>, or a+b")
         self._cache[metric] = v
         return v

@@ -1,4 +1,4 @@
-"""Capacity planning (DESIGN §5 ``costmodel plan``): the fewest devices and/or the largest batch that
+"""Capacity planning (``costmodel plan``): the fewest devices and/or the largest batch that
 fit and meet a target, and the cheapest of several hardware options given prices per device-hour.
 
 Targets are record-like fields (``target_time_per_output_token_s=0.030``), split off before the
@@ -32,6 +32,10 @@ fails (or, when it is feasible, the resource that binds its step time):
   passes run on one device: more devices for the target do not shorten them);
 * ``max_batch`` — the batch search reached its own limit.
 
+Under load (the record carries ``request_rate`` with ``slo_ttft_s`` / ``slo_tpot_s``) the answer is
+replicas × tensor parallelism × strategy from the serving simulator:
+:mod:`costmodel.analysis.plan_load`.
+
 Safety margin (``margin``): :mod:`costmodel.analysis.targets`.
 When nothing within ``max_devices`` is feasible, ``feasible`` is false and ``binding_constraint`` says
 why the closest configuration (the fastest one that fits, else the fastest) fails.
@@ -39,9 +43,11 @@ why the closest configuration (the fastest one that fits, else the fastest) fail
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown, shown_text, suggest
 from costmodel.engine.evaluate import build_exec, evaluate, evaluate_arrays
 from costmodel.engine.parallel import divisors
 from costmodel.inputs.record import parse_record
@@ -82,15 +88,26 @@ def load_prices(path) -> dict:
     if unknown:
         raise InputError("unknown field", source=src, field=unknown[0],
                          allowed="name, currency, source, notes, prices")
-    out = {}
-    for hw, v in data["prices"].items():
-        x = v.get("per_device_hour") if isinstance(v, dict) else v
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not np.isfinite(x) or x < 0:
-            raise InputError(f"must be a non-negative number per device-hour, got {v!r}", source=src,
-                             field=f"prices.{hw}")
-        out[str(hw).strip().lower()] = float(x)
     return {"currency": str(data.get("currency", "USD")), "source": str(data.get("source", "")),
-            "prices": out}
+            "prices": price_table(data["prices"], src)}
+
+
+#: largest price per device-hour accepted (a unit mistake beyond this)
+MAX_PRICE = 1e6
+
+
+def price_table(prices: dict, src: str = "prices") -> dict:
+    """{hardware id: price per device-hour}: each a finite number in 0..MAX_PRICE (or a mapping with
+    ``per_device_hour``)."""
+    out = {}
+    for hw, v in prices.items():
+        x = v.get("per_device_hour") if isinstance(v, dict) else v
+        ok = not isinstance(x, bool) and isinstance(x, (int, float))
+        if not ok or not 0 <= x <= MAX_PRICE:          # also refuses nan, inf and huge integers
+            raise InputError(f"must be a number per device-hour in 0..{MAX_PRICE:g}, got {shown(v)}", source=src,
+                             field=f"prices.{shown_text(str(hw))}")
+        out[str(hw).strip().lower()] = float(x)
+    return out
 
 
 def _int_option(options, key, default, lo=1, hi=1 << 20):
@@ -98,7 +115,7 @@ def _int_option(options, key, default, lo=1, hi=1 << 20):
     try:
         x = int(str(v).strip()) if not isinstance(v, int) else v
     except ValueError:
-        raise InputError(f"must be an integer, got {v!r}", field=key) from None
+        raise InputError(f"must be an integer, got {shown(v)}", field=key) from None
     if not lo <= x <= hi:
         raise InputError(f"out of range: {x}", field=key, allowed=f"{lo}..{hi}")
     return x
@@ -325,6 +342,9 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
     if not isinstance(record, dict):
         raise InputError(f"a plan record must be a mapping of field: value, got {type(record).__name__}")
     rec_fields, t2, opts = split_targets(record)
+    if targets is not None and not isinstance(targets, dict):
+        raise InputError(f"must be a mapping of target: value, got {type(targets).__name__}", field="targets",
+                         allowed="e.g. {'tokens_per_s': 1000, 'e2e_latency_s': 2}")
     if targets:
         t2.update(split_targets({k if str(k).startswith("target_") else f"target_{k}": v
                                  for k, v in targets.items()})[1])
@@ -343,14 +363,26 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
     price_info = None
     if opts.get("prices") is not None:
         p = opts["prices"]
+        if isinstance(p, dict) and "prices" in p and isinstance(p["prices"], dict):
+            p = p["prices"]
+        if not isinstance(p, (dict, str, os.PathLike)):
+            raise InputError(f"must be a path to a prices YAML or a mapping, got {type(p).__name__}", field="prices")
         price_info = load_prices(p) if not isinstance(p, dict) else {
-            "currency": "USD", "source": "", "prices": {str(k).lower(): float(v) for k, v in p.items()}}
+            "currency": "USD", "source": "", "prices": price_table(p)}
     hws = _hardware_list(rec_fields.get("hardware"))
     if not hws and price_info:
         hws = sorted(price_info["prices"])
     if not hws:
         raise InputError("missing required field", field="hardware",
                          allowed="a hardware id or path, a comma-separated list of them, or a prices file")
+    from costmodel.analysis.plan_load import plan_under_load, under_load
+    if under_load(rec_fields):
+        if targets:
+            raise InputError("under load the targets are slo_ttft_s / slo_tpot_s", field=next(iter(targets)),
+                             allowed="slo_ttft_s, slo_tpot_s with request_rate")
+        if rec_fields.get("model") in (None, ""):
+            raise InputError("missing required field", field="model")
+        return plan_under_load(rec_fields, hardware=hws, price_info=price_info, max_devices=max_devices)
     for req in ("model", "prompt_len"):
         if rec_fields.get(req) in (None, ""):
             raise InputError("missing required field", field=req)

@@ -39,6 +39,17 @@ OBJECTIVE_TEXT = {"tokens_per_s": "aggregate tokens/s", "tokens_per_s_per_seq": 
                   "step_latency_s": "step latency"}
 
 
+def save_figure(fig, output) -> None:
+    """``fig`` to ``output`` (.png/.svg/.pdf) atomically: a temporary file renamed when complete."""
+    from costmodel.inputs.outputs import atomic_path, check_output_path
+    p = check_output_path(output, PLOT_TYPES, field="--output")
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp, format=p.rsplit(".", 1)[-1].lower())
+
+
+PLOT_TYPES = (".png", ".svg", ".pdf")
+
+
 def _plt():
     import matplotlib
     matplotlib.use("Agg")
@@ -207,7 +218,7 @@ def decision_map(fields: dict, output: str, batch_sizes=None, contexts=None,
     handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", label=f"paler = smaller margin\n(full colour ≥ {FULL_MARGIN:g}×)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(output)
+    save_figure(fig, output)
     plt.close(fig)
     return d
 
@@ -303,7 +314,7 @@ def roofline(fields: dict, output: str) -> dict:
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     d["label_boxes"] = place_labels(fig, ax, sorted(labels, key=lambda x: -x[0]))
-    fig.savefig(output)
+    save_figure(fig, output)
     plt.close(fig)
     return d
 
@@ -452,6 +463,6 @@ def sweep(fields: dict, axis: str, values: list, output: str, metric: str = "tok
     else:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(output)
+    save_figure(fig, output)
     plt.close(fig)
     return d

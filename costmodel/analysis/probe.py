@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from costmodel.errors import InputError
+from costmodel.inputs.outputs import atomic_open, check_output_path
 
 
 def _best(fn, reps: int, spread: dict | None = None, key: str = "") -> float:
@@ -260,6 +261,8 @@ def probe(output=None, *, quick: bool = False, device: str = "auto", hw_id: str 
     Returns {"measured": {...}, "hardware": mapping, "output": path or None, "seconds": runtime}."""
     if device not in ("auto", "cpu", "gpu"):
         raise InputError(f"unknown device {device!r}", field="device", allowed="auto, cpu, gpu")
+    if output:
+        output = check_output_path(output, (".yaml", ".yml"), field="--output")     # before measuring
     t0 = time.perf_counter()
     m = None
     if device in ("auto", "gpu"):
@@ -276,10 +279,7 @@ def probe(output=None, *, quick: bool = False, device: str = "auto", hw_id: str 
     parse_hardware(hw, "probe")                        # what we write must load
     if output:
         import yaml
-        folder = os.path.dirname(os.path.abspath(str(output)))
-        if not os.path.isdir(folder):
-            raise InputError("folder does not exist", field="--output", value=str(output))
-        with open(output, "w", encoding="utf-8") as f:
+        with atomic_open(output, "w") as f:
             f.write("# Hardware profile measured by `costmodel probe` (schema: hardware_specs/README.md).\n")
             yaml.safe_dump(hw, f, sort_keys=False, allow_unicode=True, width=110)
     return {"measured": {k: v for k, v in m.items() if k not in ("method", "fp16_note", "spread", "reps", "sizes")},

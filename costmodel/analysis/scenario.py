@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown
 from costmodel.engine.evaluate import evaluate
 from costmodel.inputs.file_kind import refuse_other_kind
 from costmodel.inputs.specs import Fields, load_yaml
@@ -33,6 +33,8 @@ def load_scenario(path) -> dict:
     refuse_other_kind(data, src, "scenario")
     f = Fields(data, src)
     f.check_keys(SCENARIO_KEYS)
+    f.text("name", required=False)
+    f.text("description", required=False)
     f.sub("base")
     if not f.items("strategies"):
         raise InputError("needs at least one entry", source=src, field="strategies")
@@ -43,8 +45,11 @@ def _entry(x, src, field, key):
     if isinstance(x, str):
         return {key: x}
     if isinstance(x, dict):
+        label = x.get("label")
+        if label is not None and (isinstance(label, bool) or not isinstance(label, (str, int, float))):
+            raise InputError(f"must be text, got {shown(label)}", source=src, field=f"{field}.label")
         return dict(x)
-    raise InputError(f"each entry must be an id or a mapping, got {x!r}", source=src, field=field)
+    raise InputError(f"each entry must be an id or a mapping, got {shown(x)}", source=src, field=field)
 
 
 PATH_FIELDS = ("model", "hardware", "draft_model", "runtime")

@@ -8,11 +8,11 @@
 
 Rows are the Cartesian product of the axes in the order given (the last axis varies fastest,
 like ``itertools.product``); each row equals ``evaluate(base_record | that row's axis values)``.
-Columns: the axes (their parsed values), then every key ``evaluate()`` returns (DESIGN §4 outputs
-and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
+Columns: the axes (their parsed values), then every key ``evaluate()`` returns (the outputs of
+docs/design.md and the breakdowns). Where an output key has an axis's name (``shared_prefix_len``, ``tree_nodes``,
 ``tree_depth``), the column holds the axis value; ``evaluate()`` would report the resolved one.
 
-How it is evaluated (DESIGN §6: no Python loop per row):
+How it is evaluated (no Python loop per row):
 
 * The grid is grouped by the axes that fix the model, hardware, runtime, strategy, dtypes, devices,
   tree shape, … (everything but :data:`costmodel.engine.evaluate.NUMERIC_AXES`). Each group is one call of
@@ -29,10 +29,10 @@ How it is evaluated (DESIGN §6: no Python loop per row):
   tree per configuration and is evaluated row by row.
 * Validation: each group's record goes through :func:`costmodel.inputs.record.parse_record` (a real
   row of the grid: the group's values and the first value of every numeric axis); each distinct
-  numeric axis value is converted once with the limits of ``record.py``; the checks that tie
-  numeric fields together (``shared_prefix_len <= prompt_len``, 1 <= τ <= γ+1, α and τ agreeing)
-  run vectorised over the grid, and the first offending row is re-parsed so that the message is
-  exactly ``parse_record``'s, naming the axis.
+  numeric axis value is converted once with its type and range from :mod:`costmodel.inputs.fields`;
+  the rules that tie numeric fields together (:mod:`costmodel.inputs.rules`: ``shared_prefix_len <=
+  prompt_len``, τ <= γ+1, α and τ agreeing) run vectorised over the grid, and the first offending
+  row is re-parsed so that the message is exactly ``parse_record``'s, naming the axis.
 
 ``engine="dask"`` cuts the grid into chunks of about ``chunk_rows`` rows and evaluates them on a
 ``dask.distributed`` cluster (a ``LocalCluster`` by default, or the scheduler address / Client
@@ -47,20 +47,23 @@ Modules: :mod:`~costmodel.analysis.sweep_grid` (axes, blocks, array validation),
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 
 import numpy as np
 
 from costmodel.analysis.sweep_columns import CODE_KEYS, Columns, array_kind, value_kind
-from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
-    check_block, grid_size, group_blocks, parse_axis, plan_axes
-from costmodel.analysis.sweep_output import need_parquet, write_frame
+from costmodel.analysis.sweep_grid import MAX_AXIS_VALUES, MAX_GRID_ROWS, Axis, Block, arrays_for, canonical_value, \
+    check_block, check_grid, grid_size, group_blocks, parse_axis, plan_axes
+from costmodel.analysis.sweep_output import check_output, need_parquet, write_csv, write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import evaluate, evaluate_arrays
 from costmodel.engine.roofline import operator_rows
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, parse_record
+from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.record import Record, parse_record
+from costmodel.inputs.outputs import atomic_open, staged_dir
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -76,9 +79,9 @@ _SOURCE = "sweep"
 
 # ----------------------------------------------------------------------------------------- engine
 
-def _plan(base: dict, axes_in: dict):
+def _plan(base: dict, axes_in: dict, in_memory: bool = True):
     """Parse the axes and the groups' records and run every check, before any evaluation."""
-    axes_l = plan_axes(base, axes_in)
+    axes_l = plan_axes(base, axes_in, in_memory)
     axes = {a.name: a for a in axes_l}
     blocks = group_blocks(base, axes_l)
     names = [a.name for a in axes_l]
@@ -203,7 +206,7 @@ def _map(fn, items, workers: int):
 def _axis_array(a: Axis) -> np.ndarray:
     vals = a.values
     if a.numeric:
-        return np.asarray(vals, dtype=np.int64 if a.name in INT_FIELDS else float)
+        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
     if all(isinstance(v, bool) for v in vals):
         return np.asarray(vals, dtype=bool)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
@@ -258,7 +261,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
           workers: int | None = None, output=None, progress=None, **axes):
     """Evaluate the Cartesian grid of ``axes`` over ``base_record`` -> ``pandas.DataFrame``.
 
-    ``base_record``: a record mapping (DESIGN §4) with the fields that do not vary.
+    ``base_record``: a record mapping (fields: ``costmodel eval --help``) with the fields that do not vary.
     ``axes``: field -> values (list/range/array, or text ``"1,8,64"`` / ``"16:16000:16"``; see
     :func:`parse_axis`). Row i equals ``evaluate(base_record | row i's axis values)``: the same
     formulas and floating-point operations, run on arrays (module docstring).
@@ -276,8 +279,12 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     ``progress``: ``callable(rows_done, rows_total)``.
     """
     base = _base_dict(base_record)
-    if chunk_rows is not None and (not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1):
-        raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}", source=_SOURCE)
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer))
+                                   or chunk_rows < 1):
+        raise InputError(f"chunk_rows must be a positive integer, got {_short_value(chunk_rows)}", source=_SOURCE,
+                         field="chunk_rows")
+    if engine in (None, "numpy", "local", "dask"):
+        output = check_output(output, engine)
     if engine in (None, "numpy", "local"):
         df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers))
         if output is not None:
@@ -292,9 +299,23 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
 def _workers(n, default=None) -> int:
     if n is None:
         return default if default is not None else max(1, min(os.cpu_count() or 1, 8))
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"workers must be a positive integer, got {n!r}", source=_SOURCE, field="workers")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"workers must be a positive integer, got {_short_value(n)}", source=_SOURCE,
+                         field="workers")
+    most = max_workers()
+    if n > most:
+        raise InputError(f"workers = {int(n)} is more than this machine's {os.cpu_count() or 1} CPUs", source=_SOURCE,
+                         field="workers", allowed=f"1 to {most} (the CPU count, at least 2)")
     return int(n)
+
+
+def max_workers() -> int:
+    """Most sweep workers: the CPU count (each worker is a busy process), at least 2."""
+    return max(2, os.cpu_count() or 1)
+
+
+def _short_value(v) -> str:
+    return repr(v) if isinstance(v, (int, float, np.integer, np.floating)) else f"a {type(v).__name__}"
 
 
 def _base_dict(base_record) -> dict:
@@ -349,9 +370,9 @@ def _chunks(axes: dict, chunk_rows: int) -> list[dict]:
     return out
 
 
-def _schema(base: dict, axes: dict) -> tuple[list, dict]:
+def _schema(base: dict, axes: dict, in_memory: bool = True) -> tuple[list, dict]:
     """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema)."""
-    axes_l, axes_d, names, blocks = _plan(base, axes)
+    axes_l, axes_d, names, blocks = _plan(base, axes, in_memory)
     cols: list = list(names)
     kinds: dict = {n: array_kind(_axis_array(a)) for n, a in zip(names, axes_l)}
     seen: dict = {}
@@ -389,22 +410,21 @@ def _dask_task(base: dict, sub_axes: dict, workers: int, columns: list, dtypes: 
 
 
 def _prepare_parts_dir(out: str, n: int) -> list:
-    """Create the Parquet directory (a local path, or an fsspec URL such as s3://bucket/grid.parquet),
-    remove parts of an earlier run, and return the n part paths (absolute, as workers see them)."""
-    if "://" in out:
-        from fsspec.core import url_to_fs
-        fs, root = url_to_fs(out)
-        fs.makedirs(root, exist_ok=True)
-        for f in fs.ls(root, detail=False):
-            name = f.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith("part.") and name.endswith(".parquet"):
-                fs.rm(f)
-        return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(out):                     # parts of an earlier run would mix in
-        if f.startswith("part.") and f.endswith(".parquet"):
-            os.remove(os.path.join(out, f))
-    return [os.path.join(os.path.abspath(out), f"part.{i:05d}.parquet") for i in range(n)]
+    """An fsspec URL (such as s3://bucket/grid.parquet): create the directory, remove parts of an
+    earlier run, and return the n part paths. (A local path is written to a staging directory
+    instead: :func:`costmodel.inputs.outputs.staged_dir`.)"""
+    from fsspec.core import url_to_fs
+    fs, root = url_to_fs(out)
+    fs.makedirs(root, exist_ok=True)
+    for f in fs.ls(root, detail=False):
+        name = f.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith("part.") and name.endswith(".parquet"):
+            fs.rm(f)
+    return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
+
+
+def _local_parts(folder: str, n: int) -> list:
+    return [os.path.join(os.path.abspath(folder), f"part.{i:05d}.parquet") for i in range(n)]
 
 
 def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progress, workers: int = 1):
@@ -414,19 +434,29 @@ def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, prog
         raise InputError("engine='dask' needs dask.distributed, which is not installed; install it with "
                          "pip install 'costmodel[dask]' (or pip install 'dask[distributed]' pyarrow)",
                          source=_SOURCE, field="engine") from None
-    import pandas as pd
-
-    columns, dtypes = _schema(base, axes)         # validates the whole grid here, before any task
+    columns, dtypes = _schema(base, axes, in_memory=output is None)       # validates the whole grid here, before any task
     chunks = _chunks(axes, chunk_rows)
     sizes = [int(np.prod([len(parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
     total = sum(sizes)
     out = None if output is None else os.fspath(output)
     to_csv = out is not None and out.lower().endswith(".csv")
-    parts = None
-    if out is not None and not to_csv:
-        need_parquet()
-        parts = _prepare_parts_dir(out, len(chunks))
+    with contextlib.ExitStack() as stack:
+        parts = None
+        if out is not None and not to_csv:
+            if "://" in out:
+                parts = _prepare_parts_dir(out, len(chunks))
+            else:           # parts go to a staging directory that replaces ``out`` when complete
+                parts = _local_parts(stack.enter_context(staged_dir(out)), len(chunks))
+        fh = stack.enter_context(atomic_open(out, "wb")) if to_csv else None
+        return _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh,
+                         out, progress, Client, LocalCluster, as_completed)
 
+
+def _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh, out, progress,
+              Client, LocalCluster, as_completed):
+    import pandas as pd
+
+    to_csv = fh is not None
     cluster = client = None
     if isinstance(scheduler, Client):
         client = scheduler
@@ -457,7 +487,7 @@ def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, prog
         if to_csv:
             done = 0
             for i, f in enumerate(futures):       # in row order, one chunk in memory at a time
-                write_frame(f.result(), out, append=i > 0)
+                write_csv(f.result(), fh, header=i == 0)
                 f.release()
                 done += sizes[i]
                 if progress is not None:

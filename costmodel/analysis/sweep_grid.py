@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import NUMERIC_AXES
-from costmodel.inputs.record import FIELD_NAMES, INT_FIELDS, Record, _as_float, _as_int, _empty, parse_record
+from costmodel.inputs import rules
+from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.record import Record, _empty, convert, parse_record
 
+#: most values one axis may have (a range is counted before its values are built)
+MAX_AXIS_VALUES = 1_000_000
+#: most rows one grid may have
+MAX_GRID_ROWS = 1 << 31
+#: memory one collected row needs, with headroom: ~40 columns × 8 bytes in the result, the same
+#: again while the columns are assembled, and the CSV/Parquet writer's copy
+BYTES_PER_ROW = 1024
 LIST_FIELDS = ("rank_acceptance", "tree_parents")
 #: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
 TREE_LOOP = ("acceptance_rate", "mean_accepted_tokens")
@@ -50,13 +60,18 @@ def _parse_axis_text(name: str, text: str) -> list:
     if s.count(":") in (1, 2):
         parts = s.split(":")
         try:
-            start, stop = float(parts[0]), float(parts[1])
+            start, stop = _range_number(parts[0]), _range_number(parts[1])
         except ValueError:
             return [s]
+        if not (math.isfinite(start) and math.isfinite(stop)):
+            raise InputError(f"a range needs finite ends, got {_cut(s)}", source=_SOURCE, field=name,
+                             allowed="START:STOP with finite numbers, e.g. 1:1024")
         step_txt = parts[2].strip() if len(parts) == 3 else "1"
         geometric = step_txt.startswith(("*", "x"))
         try:
-            step = float(step_txt[1:] if geometric else step_txt)
+            step = _range_number(step_txt[1:] if geometric else step_txt)
+            if not math.isfinite(step):
+                raise ValueError(step_txt)
         except ValueError:
             raise InputError(f"bad range step {step_txt!r}", source=_SOURCE, field=name,
                              allowed="START:STOP, START:STOP:STEP or START:STOP:*FACTOR (STOP included)") from None
@@ -65,16 +80,40 @@ def _parse_axis_text(name: str, text: str) -> list:
                 raise InputError(f"bad geometric range {s!r}", source=_SOURCE, field=name,
                                  allowed="START > 0 and FACTOR > 1, e.g. 1:1024:*2")
             n = int(math.floor(math.log(stop / start) / math.log(step) + 1e-9)) + 1 if stop >= start else 0
+            _check_count(name, s, n)
             vals = [start * step ** i for i in range(max(n, 0))]
         else:
             if step <= 0:
                 raise InputError(f"range step must be > 0, got {step_txt!r}", source=_SOURCE, field=name)
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1 if stop >= start else 0
+            count = math.floor((stop - start) / step + 1e-9) + 1 if stop >= start else 0
+            _check_count(name, s, count)
+            n = int(count)
             vals = [start + step * i for i in range(max(n, 0))]
         if not vals:
             raise InputError(f"empty range {s!r}", source=_SOURCE, field=name, allowed="START <= STOP")
         return [_tidy(v) for v in vals]
     return [s]
+
+
+def _range_number(text: str) -> float:
+    """A range's START/STOP/STEP: ASCII digits only (``float`` would read Arabic-Indic or full-width
+    digits), refused with ValueError otherwise."""
+    t = text.strip()
+    if not t.isascii():
+        raise ValueError(t)
+    return float(t)
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
+def _check_count(name: str, text: str, count) -> None:
+    """A range of more than MAX_AXIS_VALUES values is refused before any value is built."""
+    if count > MAX_AXIS_VALUES:
+        raise InputError(f"the range {_cut(text)} has {count:.4g} values", source=_SOURCE, field=name,
+                         allowed=f"at most {MAX_AXIS_VALUES:,} values per axis (and {MAX_GRID_ROWS:,} rows "
+                                 "per grid)")
 
 
 def _tidy(v: float):
@@ -85,7 +124,44 @@ def _tidy(v: float):
 
 def grid_size(**axes) -> int:
     """Number of rows of the grid of ``axes`` (values as for :func:`sweep`)."""
-    return int(np.prod([len(parse_axis(k, v)) for k, v in axes.items()], dtype=np.int64))
+    return math.prod(len(parse_axis(k, v)) for k, v in axes.items())
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (Linux), else free physical pages × page size, else None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_grid(lengths: dict, in_memory: bool = True) -> int:
+    """Rows of a grid with axes of ``lengths`` (name -> number of values), refused before any
+    evaluation when there is no axis, when it exceeds MAX_GRID_ROWS, or (``in_memory``: the rows
+    are collected in this process) when rows × BYTES_PER_ROW exceeds the available memory."""
+    if not lengths:
+        raise InputError("a sweep needs at least one axis", source=_SOURCE, field="axes",
+                         allowed="a field with several values (batch_size=1,8,64) or a range (prompt_len=16:4096:16)")
+    rows = math.prod(lengths.values())
+    if rows > MAX_GRID_ROWS:
+        raise InputError(f"the grid has {rows:.4g} rows ({' × '.join(str(n) for n in lengths.values())})",
+                         source=_SOURCE, field=max(lengths, key=lengths.get),
+                         allowed=f"at most {MAX_GRID_ROWS:,} rows per grid")
+    avail = available_memory_bytes() if in_memory else None
+    if avail is not None and rows * BYTES_PER_ROW > avail:
+        raise InputError(f"the grid has {rows:,} rows, about {rows * BYTES_PER_ROW / 1e9:.3g} GB in memory, but "
+                         f"{avail / 1e9:.3g} GB are available", source=_SOURCE,
+                         field=max(lengths, key=lengths.get),
+                         allowed="fewer rows, or engine='dask' with an output path (the rows are then never "
+                                 "collected in one process)")
+    return rows
 
 
 # ----------------------------------------------------------------------------------------- plan
@@ -109,17 +185,23 @@ class Block:
     label: str = ""
 
 
-def plan_axes(base: dict, axes: dict) -> list[Axis]:
-    out = []
-    for name, spec in axes.items():
-        vals = parse_axis(name, spec)
+def plan_axes(base: dict, axes: dict, in_memory: bool = True) -> list[Axis]:
+    if not isinstance(axes, dict):
+        raise InputError(f"axes must be a mapping of field: values, got {type(axes).__name__}", source=_SOURCE,
+                         field="axes")
+    parsed = {name: parse_axis(name, spec) for name, spec in axes.items()}
+    for name, vals in parsed.items():
         if not vals:
             raise InputError("an axis needs at least one value", source=_SOURCE, field=name)
+        if len(vals) > MAX_AXIS_VALUES:
+            _check_count(name, f"<{len(vals)} values>", len(vals))
+    check_grid({k: len(v) for k, v in parsed.items()}, in_memory)
+    out = []
+    for name, vals in parsed.items():
         numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
         ax = Axis(name, vals, numeric)
         if numeric:
-            conv = _as_int if name in INT_FIELDS else _as_float
-            ax.values = [conv(name, v, _SOURCE) for v in vals]     # type and limits, once per value
+            ax.values = [convert(name, v, _SOURCE) for v in vals]     # type and range, once per value
         else:
             ax.values = [None] * len(vals)
         out.append(ax)
@@ -199,46 +281,21 @@ def arrays_for(block: Block, axes: dict, sl: dict | None = None) -> dict:
 
 
 def check_block(block: Block, arrays: dict) -> None:
-    """Vectorised form of record.py's range checks and the checks that tie numeric fields
-    together; the first offending row is re-parsed so the error is parse_record's own."""
+    """The numeric cross-field rules of :mod:`costmodel.inputs.rules` over the grid (each axis value's own
+    type and range were checked when the axis was parsed); the first offending row is re-parsed so
+    the error is parse_record's own."""
     if not arrays:
         return
     rec = block.rec
-
-    def get(name):
-        if name in arrays:
-            return arrays[name]
-        v = getattr(rec, name)
-        return None if v is None else np.asarray(float(v))
-
-    bad = None
-    P, Ps = get("prompt_len"), get("shared_prefix_len")
-    if "prompt_len" in arrays or "shared_prefix_len" in arrays:
-        bad = _or(bad, Ps > P)
-    tau, alpha, g = get("mean_accepted_tokens"), get("acceptance_rate"), get("gamma")
-    if "acceptance_rate" in arrays:
-        bad = _or(bad, (alpha < 0.0) | (alpha >= 1.0))
-    if "mean_accepted_tokens" in arrays:
-        bad = _or(bad, tau < 1.0)
-    if rec.strategy == "speculative":
-        if tau is not None and ({"mean_accepted_tokens", "gamma"} & arrays.keys()):
-            bad = _or(bad, (tau < 1.0) | (tau > g + 1.0))
-        if tau is not None and alpha is not None and ({"mean_accepted_tokens", "gamma", "acceptance_rate"}
-                                                      & arrays.keys()):
-            from costmodel.engine.acceptance import chain_tokens_per_step
-            bad = _or(bad, np.abs(chain_tokens_per_step(alpha, g) - tau) > 0.05 * tau)
+    bad = rules.grid_violations(rec, arrays)
     if bad is None or not np.any(bad):
         return
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
     row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
            for k, name in enumerate(block.vec)}
-    row = {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in row.items()}
+    row = {k: (int(v) if BY_NAME[k].kind == "int" else float(v)) for k, v in row.items()}
     d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
     d.update(row)
     parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
     raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover
-
-
-def _or(a, b):
-    return b if a is None else (a | b)

@@ -1,6 +1,6 @@
-"""Predictions against published measurements (DESIGN §5 ``costmodel validate``).
+"""Predictions against published measurements (``costmodel validate``).
 
-A measurement is a record (DESIGN §4) plus ``id``, ``metric`` (an output key of
+A measurement is a record (fields: costmodel/inputs/fields.py) plus ``id``, ``metric`` (an output key of
 :func:`costmodel.evaluate`), ``value`` (SI units of that key) and ``source``. For each row
 
     rel_error = (predicted − measured) / measured        (> 0: the model is optimistic for rates,
@@ -98,25 +98,17 @@ def default_paths() -> list[Path]:
 
 
 def read_csv(paths) -> list[dict]:
-    """Rows of one or more CSV files, each with ``_where`` = 'file:line'."""
+    """Rows of one or more CSV files, each with ``_where`` = 'file:line'. Read by
+    :func:`costmodel.inputs.specs.read_csv` (the csv module's strict rules: a BOM is dropped; an
+    unclosed quote, a duplicate or empty column name or a row with extra cells is an error naming
+    the file and line)."""
+    from costmodel.inputs.specs import read_csv as read_rows
     rows = []
     for p in paths:
         p = Path(p)
-        if not p.is_file():
-            raise InputError("file not found", source=str(p))
-        try:
-            with p.open(newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                if not reader.fieldnames:
-                    raise InputError("empty CSV (no header row)", source=str(p))
-                for i, r in enumerate(reader, start=2):
-                    if not any((v or "").strip() for v in r.values() if isinstance(v, str)):
-                        continue
-                    r = {str(k).strip(): v for k, v in r.items() if k is not None}
-                    r["_where"] = f"{p.name}:{i}"
-                    rows.append(r)
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise InputError(f"cannot read CSV: {exc}", source=str(p)) from None
+        for line, r in read_rows(p):
+            r["_where"] = f"{p.name}:{line}"
+            rows.append(r)
     return rows
 
 
@@ -172,6 +164,9 @@ def load_measurements(rows_or_paths=None) -> list[Measurement]:
         rows_or_paths = default_paths()
     if isinstance(rows_or_paths, (str, Path)):
         rows_or_paths = [rows_or_paths]
+    if isinstance(rows_or_paths, (dict, Measurement)) or not hasattr(rows_or_paths, "__iter__"):
+        raise InputError(f"expected a list of CSV paths or measurement mappings, got {type(rows_or_paths).__name__}",
+                         field="measurements")
     items = list(rows_or_paths)
     paths = [x for x in items if isinstance(x, (str, Path))]
     out = []
@@ -184,8 +179,8 @@ def load_measurements(rows_or_paths=None) -> list[Measurement]:
             out.append(parse_measurement(x, where=str(x.get("_where") or x.get("id") or f"row {i + 1}")))
         elif not isinstance(x, (str, Path)):
             raise InputError(f"a measurement must be a mapping, got {type(x).__name__}", source=f"row {i + 1}")
-    ids = [m.id for m in out]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
+    from collections import Counter
+    dup = sorted(i for i, n in Counter(m.id for m in out).items() if n > 1)       # linear in the rows
     if dup:
         raise InputError(f"duplicate measurement ids: {', '.join(dup[:5])}", field="id")
     return out

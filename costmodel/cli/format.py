@@ -103,6 +103,8 @@ def key_value_table(d: dict) -> str:
 
 
 def csv_text(rows: list[dict]) -> str:
+    """Rows as CSV; a text cell starting with = + - @ gets a leading ' (safe to open in a spreadsheet)."""
+    from costmodel.inputs.outputs import safe_cell
     keys: list = []
     for r in rows:
         for k, v in r.items():
@@ -112,5 +114,5 @@ def csv_text(rows: list[dict]) -> str:
     w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: to_jsonable(r.get(k, "")) for k in keys})
+        w.writerow({k: safe_cell(to_jsonable(r.get(k, ""))) for k in keys})
     return buf.getvalue()

@@ -11,7 +11,7 @@ import os
 import sys
 
 from costmodel.cli import format as fmt
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown_text
 
 EXTRA_COMMANDS = ("sweep", "check", "validate", "recommend", "plan", "probe", "plot", "serve")
 
@@ -21,12 +21,19 @@ def parse_kv(words, what="KEY=VALUE") -> dict:
     out = {}
     for w in words:
         if "=" not in w:
-            raise InputError(f"expected {what}, got {w!r}", allowed="words like batch_size=8 model=llama-2-7b")
+            raise InputError(f"expected {what}, got {_cut(w)}", allowed="words like batch_size=8 model=llama-2-7b")
         k, v = w.split("=", 1)
         if not k.strip():
-            raise InputError(f"empty field name in {w!r}")
+            raise InputError(f"empty field name in {_cut(w)}")
+        if k.strip() in out:
+            raise InputError(f"given twice ({_cut(k.strip() + '=' + out[k.strip()])} and {_cut(w)})",
+                             field=k.strip(), allowed="each field once")
         out[k.strip()] = v.strip()
     return out
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
 
 
 def emit(args, obj, rows=None, kv=None):
@@ -132,11 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--format", choices=("table", "json", "csv"), default="table",
                         help="output format (default: table)")
+    from costmodel import __version__
+    from costmodel.inputs.fields import help_text
+
     p = argparse.ArgumentParser(prog="costmodel", description="Roofline cost model for LLM decoding: "
-                                "autoregressive, speculative, token-tree and shared-prefix.")
+                                "autoregressive, speculative, token-tree and shared-prefix. "
+                                "'costmodel eval --help' lists the record fields.")
+    p.add_argument("--version", action="version", version=f"costmodel {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    e = sub.add_parser("eval", parents=[common], help="evaluate one record: costmodel eval KEY=VALUE ...")
+    e = sub.add_parser("eval", parents=[common], help="evaluate one record: costmodel eval KEY=VALUE ...",
+                       description="Evaluate one record: its outputs (docs/design.md lists them) as a table, "
+                                   "JSON or CSV.", epilog=help_text(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("fields", nargs="+", metavar="KEY=VALUE")
     e.add_argument("--details", action="store_true", help="add the per-operator breakdown (JSON)")
     e.set_defaults(func=cmd_eval)
@@ -173,13 +188,31 @@ def _unavailable(name):
 
 
 
+def _terminate(signum, frame):
+    """SIGTERM: unwind like Ctrl-C, so that temporary output files are removed and the previous
+    output stays in place (costmodel.inputs.outputs)."""
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    before = signal.signal(signal.SIGTERM, _terminate)
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:     # argparse usage errors exit 2 with a message already printed
-        return int(exc.code or 0)
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _main(argv) -> int:
     try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:     # argparse usage errors exit 2 with a message already printed
+            return int(exc.code or 0)
         args.func(args)
     except InputError as exc:
         print(f"costmodel: error: {exc}", file=sys.stderr)
@@ -189,10 +222,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("costmodel: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("costmodel: error: out of memory (the input is larger than this machine can hold; see "
+              "docs/errors.md for the stated limits)", file=sys.stderr)
+        return 2
     except Exception as exc:  # an internal bug: say so plainly; the traceback only on request
         if os.environ.get("COSTMODEL_DEBUG"):
             raise
-        print(f"costmodel: internal error: {type(exc).__name__}: {exc} (set COSTMODEL_DEBUG=1 for the "
+        print(f"costmodel: internal error: {type(exc).__name__}: {shown_text(str(exc), 300)} (set COSTMODEL_DEBUG=1 for the "
               "traceback and please report it)", file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,1 @@
+"""The model itself: operators, roofline, memory, parallelism, acceptance, trees, strategies, evaluate."""

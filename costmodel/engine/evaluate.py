@@ -1,4 +1,4 @@
-"""evaluate(record) -> outputs (DESIGN §4): record → (model, hardware, runtime, strategy) → passes → result.
+"""evaluate(record) -> outputs (docs/design.md, "Outputs"): record → (model, hardware, runtime, strategy) → passes → result.
 
 Step metrics are those of one decoding step at the mean context L = prompt_len + gen_len/2
 (every cost is linear in L between regime changes, so the mean step equals the mean over the
@@ -68,6 +68,10 @@ def build_draft(rec: Record, ex: Exec):
     if dm == "self":
         return ex
     model = load_model(dm, field="draft_model")
+    if model.vocab_size != ex.model.vocab_size:
+        raise InputError(f"the draft's vocabulary ({model.vocab_size} tokens) differs from the target's "
+                         f"({ex.model.vocab_size}): its tokens cannot be verified", field="draft_model",
+                         value=dm, allowed="a draft with the target's tokenizer")
     return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=1, pp=1)
 
 
@@ -92,6 +96,20 @@ def _execs(rec: Record):
             _EXEC_CACHE.clear()
         _EXEC_CACHE[key] = hit
     return hit
+
+
+def check_context(rec: Record, model, arrays: dict | None = None) -> None:
+    """A context (prompt_len + gen_len, every element of a sweep) beyond the model's max_context is an
+    input error. Not yet called by ``evaluate``: existing suites evaluate Llama-2 / Vicuna at contexts
+    past their 4096 / 2048 (they need the long-context variants, e.g. llama-2-7b-32k, first)."""
+    if model.max_context is None:
+        return
+    a = arrays or {}
+    total = np.max(np.asarray(a.get("prompt_len", rec.prompt_len), dtype=float)
+                   + np.asarray(a.get("gen_len", rec.gen_len), dtype=float))
+    if total > model.max_context:
+        raise InputError(f"prompt_len + gen_len = {total:.0f} exceeds {model.id}'s max_context {model.max_context}",
+                         field="prompt_len", allowed=f"prompt_len + gen_len <= {model.max_context}")
 
 
 def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
@@ -234,6 +252,9 @@ def assumption_notes(rec: Record, ex: Exec) -> list:
     hw_id = rec.hardware if isinstance(rec.hardware, str) else ex.hw.id
     if ex.weight_dtype == "fp8" and ex.compute_dtype != "fp8":
         notes.append(f"fp8 weights run weight-only on {ex.compute_dtype} tensor cores on {hw_id}")
+    if ex.weight_dtype in dtypes.FP4_BLOCK_FORMATS and ex.compute_dtype != "fp4":
+        notes.append(f"{ex.weight_dtype} weights run weight-only on {ex.compute_dtype} tensor cores on {hw_id} "
+                     "(no fp4 units)")
     if rec.kv_dtype is None and ex.kv_dtype != ex.weight_dtype:
         notes.append(f"kv_dtype defaults to the activation dtype: {ex.kv_dtype}")
     return notes
@@ -252,7 +273,7 @@ def _scalar(v):
 def evaluate(record, *, details: bool = False) -> dict:
     """Evaluate one record (mapping, ``KEY=VALUE`` dict or :class:`Record`) -> output dict.
 
-    Keys: DESIGN §4 outputs (``OUTPUT_KEYS``) plus breakdowns (``memory_*_bytes``, ``time_*_s``,
+    Keys: the outputs of docs/design.md (``OUTPUT_KEYS``) plus breakdowns (``memory_*_bytes``, ``time_*_s``,
     ``flops_per_token``, ``arithmetic_intensity``, …). With ``details=True`` also ``operators``:
     per-operator FLOPs, bytes, seconds and bound of one decoding step.
     """

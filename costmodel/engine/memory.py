@@ -6,7 +6,8 @@ and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
 
     target weights   = (whole-model weights + replicated K/V projections) / (tp·pp)   weights_device_bytes
     KV bytes/token   = 2 · layers/pp · ceil(kv_heads/tp) · head_dim · kv_bytes          kv_bytes_per_token_device
-    target KV        = KV tokens stored · KV bytes/token                                  kv_bytes
+                       (MLA: (kv_lora + rope) · layers/pp · kv_bytes on every rank)
+    target KV        = KV tokens stored · KV bytes/token (windowed layers: ≤ seqs·window) kv_bytes
     tree scratch     = B · q · KV bytes/token (q = tree nodes + root: the verified slots) tree_scratch_bytes
     draft weights    = a draft model's own weights/device; 0 for ``self`` (the target's weights);
                        a head's parameters · bytes per weight (Medusa split over tp)       draft_breakdown
@@ -42,30 +43,44 @@ def weights_total_bytes(ex: Exec) -> float:
     """Weights of the whole model (all devices, no TP replication): decoder matrices in the quantised
     format (scale bytes per matrix at its own d_in), norms in the activation dtype when quantised,
     token embedding and (untied) LM head in their own formats (``Exec.embedding_w_bytes``,
-    ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes."""
+    ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes.
+    Dense-FFN and MoE layers are summed per kind (``Model.n_dense_layers``, ``Model.n_moe_layers``)."""
     m = ex.model
     if not ex.quantised:
         return m.n_params * ex.w_bytes
-    d, ff = m.d_model, m.n_experts * m.expert_params
-    down = m.n_experts * m.d_model * m.d_ff           # the FFN's down projection has d_in = d_ff
-    router = m.d_model * m.n_experts if m.n_experts > 1 else 0
-    layer = ((m.attn_params_per_layer - m.q_dim * d + router) * ex.w_bytes_for(d)
-             + m.q_dim * d * ex.w_bytes_for(m.q_dim)
-             + (ff - down) * ex.w_bytes_for(d) + down * ex.w_bytes_for(m.d_ff)
-             + 2 * d * ex.act_bytes)
+    d, o = m.d_model, m.o_dim
+
+    def layer(n_mats, width, router):
+        """One layer: attention (o_proj at d_in = heads·v), n_mats FFN matrices of d×width (the down
+        projection at d_in = width), the router, norms in the activation dtype."""
+        ff = n_mats * ((3 if m.ffn_type == "gated" else 2) * d * width)
+        down = n_mats * d * width
+        return ((m.attn_params_per_layer - o * d + router) * ex.w_bytes_for(d) + o * d * ex.w_bytes_for(o)
+                + (ff - down) * ex.w_bytes_for(d) + down * ex.w_bytes_for(width)
+                + m.norm_params_per_layer * ex.act_bytes)
+
+    kinds = [(m.n_dense_layers, (1, m.d_ff, 0)),
+             (m.n_moe_layers, (m.n_experts + m.n_shared_experts, m.expert_d_ff, m.router_params))]
+    parts = [n * layer(*k) for n, k in kinds if n]
+    layers = parts[0] if len(parts) == 1 else parts[0] + parts[1]
     head = 0.0 if m.tied_embeddings else m.lm_head_params * ex.lm_head_w_bytes
-    return m.n_layers * layer + m.embedding_params * ex.embedding_w_bytes + head + d * ex.act_bytes
+    return layers + m.embedding_params * ex.embedding_w_bytes + head + d * ex.act_bytes
 
 
 def weights_device_bytes(ex: Exec) -> float:
-    """Weights resident on one device: (all parameters + replicated K/V projections) / (tp·pp).
+    """Weights resident on one device: (all parameters + replicated projections) / (tp·pp).
 
     When kv_heads < tp each device keeps ceil(kv/tp) KV heads, so the group holds
-    (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise).
+    (ceil(kv/tp)·tp − kv)·head_dim·d_model·2·layers extra K/V-projection parameters (0 otherwise);
+    MLA keeps its down-projections d×(q_lora + kv_lora + rope) on every rank: (tp − 1)·that·layers.
     Bytes per tensor as in :func:`weights_total_bytes`.
     """
     m = ex.model
-    extra = (ex.kv_heads_per_device * ex.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
+    if m.mla is not None:
+        a = m.mla
+        extra = (ex.tp - 1) * m.d_model * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim) * m.n_layers
+    else:
+        extra = (ex.kv_heads_per_device * ex.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
     return (weights_total_bytes(ex) + extra * ex.w_bytes) / (ex.tp * ex.pp)
 
 
@@ -85,9 +100,17 @@ def kv_bytes_per_token_device(ex: Exec) -> float:
     return ex.kv_bytes_per_token_layer * ex.model.n_layers / ex.pp
 
 
-def kv_bytes(ex: Exec, tokens) -> np.ndarray:
-    """KV cache of ``tokens`` stored tokens (summed over the batch) on one device."""
-    return np.asarray(tokens, dtype=float) * kv_bytes_per_token_device(ex)
+def kv_bytes(ex: Exec, tokens, seqs=None) -> np.ndarray:
+    """KV cache of ``tokens`` stored tokens (summed over the batch) on one device. Windowed layers
+    (sliding or chunked) of a model with ``attention_window`` W hold at most seqs·W of them:
+    per-layer bytes · (global layers · N + windowed layers · min(N, seqs·W)) / pp (``seqs``: the
+    sequences holding them; None prices every layer at N)."""
+    m = ex.model
+    n = np.asarray(tokens, dtype=float)
+    if m.attention_window is None or seqs is None or m.n_window_layers == 0:
+        return n * kv_bytes_per_token_device(ex)
+    capped = np.minimum(n, np.asarray(seqs, dtype=float) * m.attention_window)
+    return ex.kv_bytes_per_token_layer * (m.n_global_layers * n + m.n_window_layers * capped) / ex.pp
 
 
 def tree_scratch_bytes(ex: Exec, B, q) -> np.ndarray:
@@ -103,8 +126,9 @@ def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
     m, tp = ex.model, ex.tp
     t = np.asarray(tokens, dtype=float)
     # MoE: each token runs its experts_per_token experts, each holding its own gate/up/activation
-    per_token = (2 * m.d_model + (m.q_dim + 2 * m.kv_dim) / tp + m.q_dim / tp
-                 + 3 * m.experts_per_token * m.d_ff / tp)
+    ffn_width = max(m.d_ff if m.n_dense_layers else 0,
+                    (m.experts_per_token + m.n_shared_experts) * m.expert_d_ff if m.n_moe_layers else 0)
+    per_token = (2 * m.d_model + (m.q_dim + 2 * m.kv_dim) / tp + m.q_dim / tp + 3 * ffn_width / tp)
     return t * (per_token * ex.act_bytes) + np.asarray(lm_tokens, dtype=float) * (m.vocab_size / tp * 4.0)
 
 
@@ -133,7 +157,7 @@ def _largest(values) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- breakdowns
-def target_breakdown(ex: Exec, kv_tokens, passes: list) -> dict:
+def target_breakdown(ex: Exec, kv_tokens, passes: list, seqs=None) -> dict:
     """The target device's parts: ``target_weights``, ``target_kv`` (``kv_tokens`` stored),
     ``activations`` and ``attention_scores`` of the largest of ``passes`` ((tokens, lm_tokens, score
     pairs) of each pass the strategy runs), ``runtime_overhead``. With chunked prefill a pass holds
@@ -146,19 +170,19 @@ def target_breakdown(ex: Exec, kv_tokens, passes: list) -> dict:
     scores = [score_bytes(ex, pr) for _, _, pr in passes]
     return {
         "target_weights": np.asarray(weights_device_bytes(ex)),
-        "target_kv": kv_bytes(ex, kv_tokens),
+        "target_kv": kv_bytes(ex, kv_tokens, seqs),
         "activations": _largest(acts),
         "attention_scores": _largest(scores),
         "runtime_overhead": np.asarray(ex.rt.memory_overhead_bytes),
     }
 
 
-def draft_breakdown(weights_bytes=0.0, kv_ex: Exec | None = None, kv_tokens=0.0) -> dict:
+def draft_breakdown(weights_bytes=0.0, kv_ex: Exec | None = None, kv_tokens=0.0, seqs=None) -> dict:
     """The draft's parts: ``draft_weights`` (a draft model's :func:`weights_device_bytes`, a head's
     parameters · bytes, 0 for ``self`` and ``none``) and ``draft_kv`` = ``kv_tokens`` ·
     :func:`kv_bytes_per_token_device` of ``kv_ex`` (the Exec whose KV the draft keeps; None: no KV)."""
     return {"draft_weights": np.asarray(weights_bytes),
-            "draft_kv": np.asarray(0.0) if kv_ex is None else kv_bytes(kv_ex, kv_tokens)}
+            "draft_kv": np.asarray(0.0) if kv_ex is None else kv_bytes(kv_ex, kv_tokens, seqs)}
 
 
 @dataclass

@@ -63,6 +63,8 @@ class Exec:
         if not self.quantised:
             return dtypes.BYTES_PER_ELEMENT[dtypes.check(self.weight_dtype, "weight_dtype")]
         wd = self.weight_dtype
+        if wd in dtypes.FP4_BLOCK_FORMATS:
+            return dtypes.quantised_bytes_per_weight(wd, *dtypes.FP4_BLOCK_FORMATS[wd])
         return dtypes.quantised_bytes_per_weight(wd, self.rt.group_size(wd), self.rt.scale_bytes_per_group(wd), d_in)
 
     @functools.cached_property
@@ -104,12 +106,18 @@ class Exec:
 
     @functools.cached_property
     def kv_heads_per_device(self) -> int:
-        """KV heads held per device: split across TP, replicated when kv_heads < tp."""
+        """KV heads held per device: split across TP, replicated when kv_heads < tp (MLA: the one
+        latent, replicated on every TP rank)."""
+        if self.model.mla is not None:
+            return 1
         return math.ceil(self.model.n_kv_heads / self.tp)
 
     @functools.cached_property
     def kv_bytes_per_token_layer(self) -> float:
-        """K and V of one token in one layer on one device: 2·kv_heads/dev·head_dim·bytes."""
+        """KV of one token in one layer on one device: 2·kv_heads/dev·head_dim·bytes; MLA
+        (kv_lora_rank + qk_rope_head_dim)·bytes on every TP rank (the latent is not split by heads)."""
+        if self.model.mla is not None:
+            return float(self.model.kv_elements_per_token_layer) * self.kv_elem_bytes
         return 2.0 * self.kv_heads_per_device * self.model.head_dim * self.kv_elem_bytes
 
     @functools.cached_property
@@ -120,7 +128,8 @@ class Exec:
         if not dtypes.weight_only(self.weight_dtype, self.hw):
             return 0.0
         # fp8 weight-only: the same one-byte-to-fp16 conversion and scale as int8
-        fmt = "int8" if self.weight_dtype == "fp8" else self.weight_dtype
+        # nvfp4/mxfp4 without fp4 units: 4-bit unpack and block scale, as int4
+        fmt = {"fp8": "int8", "nvfp4": "int4", "mxfp4": "int4"}.get(self.weight_dtype, self.weight_dtype)
         return float(getattr(self.rt, f"dequant_flops_per_weight_{fmt}"))
 
     @functools.cached_property
@@ -218,6 +227,7 @@ class PassShape:
     lm_tokens: object = None          # tokens that need logits (defaults to tokens)
     attn_kernels: object = 1.0        # attention launches per layer (per_branch: one per branch)
     kv_write_tokens: object = None    # new KV entries written (defaults to tokens)
+    seqs: object = None               # sequences whose KV is read (windowed layers read ≤ seqs·window)
     extra_ops: list = field(default_factory=list)
 
 
@@ -234,28 +244,56 @@ def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
                     h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
 
 
-def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
-    """Operators of one pass on one device (decoder layers, embedding, LM head)."""
+def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
+    """The attention operator(s): global layers over the whole context; windowed layers (sliding or
+    chunked) over at most W positions per query and seqs·W KV tokens per layer (``PassShape.seqs``;
+    a shape without it is priced unwindowed). MLA: the shared latent is the KV, and each pair costs
+    min(absorbed, up-projected) FLOPs (module docstring)."""
     m, tp, act = ex.model, ex.tp, ex.act_bytes
-    t = np.asarray(shape.tokens, dtype=float)
-    L = m.n_layers
-    d, q_dim, kv_dim_dev = m.d_model, m.q_dim / tp, ex.kv_heads_per_device * m.head_dim
-    ops = [
-        AffineOp("norm_rope_residual", "vector", L, t, f1=12.0 * d, h0=0.0, h1=6.0 * d * act),
-        gemm("qkv_proj", d * (q_dim + 2 * kv_dim_dev), t, d, q_dim + 2 * kv_dim_dev, ex),
-    ]
+    q_dim = m.q_dim / tp
     kv_tok = ex.kv_bytes_per_token_layer
     writes = t if shape.kv_write_tokens is None else np.asarray(shape.kv_write_tokens, dtype=float)
-    # KV read + (KV written + q and o traffic): the bracket is per batch, the read spans the context
-    attn_hbm = np.asarray(shape.kv_hbm_tokens, dtype=float) * kv_tok + (writes * kv_tok + t * (2.0 * q_dim * act))
-    attn_flops = 4.0 * ex.heads_per_device * m.head_dim * np.asarray(shape.pairs, dtype=float)
-    if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
-        attn_hbm = attn_hbm + 2.0 * 4.0 * ex.heads_per_device * np.asarray(shape.pairs, dtype=float)
-    ops.append(Op("attention", "attention", L, flops=attn_flops, hbm_bytes=attn_hbm,
-                  l2_bytes=np.asarray(shape.kv_l2_tokens, dtype=float) * kv_tok))
-    ops.append(gemm("o_proj", q_dim * d, t, q_dim, d, ex))
-    ff = m.d_ff / tp
-    if m.n_experts > 1:
+    kv_read = np.asarray(shape.kv_hbm_tokens, dtype=float)
+    pairs = np.asarray(shape.pairs, dtype=float)
+    l2 = np.asarray(shape.kv_l2_tokens, dtype=float)
+    kinds = [("attention", m.n_global_layers, kv_read, pairs, l2)]
+    if m.n_window_layers:
+        w = float(m.attention_window)
+        if shape.seqs is None:
+            wr, wp, wl = kv_read, pairs, l2
+        else:
+            cap = np.asarray(shape.seqs, dtype=float) * w
+            wr, wp, wl = np.minimum(kv_read, cap), np.minimum(pairs, t * w), np.minimum(l2, cap)
+        kinds.append(("attention_window", m.n_window_layers, wr, wp, wl))
+    ops = []
+    for name, count, read, pr, l2_tokens in kinds:
+        if not count:
+            continue
+        # KV read + (KV written + q and o traffic): the bracket is per batch, the read spans the context
+        hbm = read * kv_tok + (writes * kv_tok + t * (2.0 * q_dim * act))
+        if m.mla is None:
+            flops = 4.0 * ex.heads_per_device * m.head_dim * pr
+        else:
+            a, h = m.mla, ex.heads_per_device
+            absorbed = 2.0 * h * (2.0 * a.kv_lora_rank + a.qk_rope_head_dim) * pr
+            up = (2.0 * h * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) * pr
+                  + 2.0 * m.mla_kv_up_params / tp * np.maximum(read - t, 0.0))
+            flops = np.minimum(absorbed, up)
+        if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
+            hbm = hbm + 2.0 * 4.0 * ex.heads_per_device * pr
+        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens * kv_tok))
+    return ops
+
+
+def _ffn_ops(ex: Exec, t) -> list[Op]:
+    """Dense FFN layers, MoE layers (routed experts, shared experts, router) and their activation."""
+    m, tp, act = ex.model, ex.tp, ex.act_bytes
+    d = m.d_model
+    ops = []
+    if m.n_dense_layers:
+        ops.append(gemm("ffn", m.dense_ffn_params / tp, t, d, d, ex, count=m.n_dense_layers))
+    if m.n_moe_layers:
+        L = m.n_moe_layers
         e, k = m.n_experts, m.experts_per_token
         distinct = e * (1.0 - (1.0 - k / e) ** t)
         per_expert = m.expert_params / tp
@@ -263,10 +301,38 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
                       hbm_bytes=distinct * per_expert * ex.w_bytes + t * (d + d) * act * k,
                       dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
                                      if ex.dequant_flops_per_weight else 0.0)))
-        ops.append(gemm("router", d * e, t, d, e, ex))
+        if m.n_shared_experts:
+            ops.append(gemm("shared_experts", m.n_shared_experts * per_expert, t, d, d, ex, count=L))
+        ops.append(gemm("router", d * e, t, d, e, ex, count=L))
+    if m.n_moe_layers and m.n_dense_layers:
+        ops.append(AffineOp("ffn_activation", "vector", m.n_dense_layers, t, f1=4.0 * m.d_ff / tp, h0=0.0,
+                            h1=3.0 * (m.d_ff / tp) * act))
+        ops.append(AffineOp("moe_activation", "vector", m.n_moe_layers, t, f1=4.0 * m.expert_d_ff / tp, h0=0.0,
+                            h1=3.0 * (m.expert_d_ff / tp) * act))
     else:
-        ops.append(gemm("ffn", m.expert_params / tp, t, d, d, ex))
-    ops.append(AffineOp("ffn_activation", "vector", L, t, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
+        ff = (m.d_ff if m.n_dense_layers else m.expert_d_ff) / tp
+        ops.append(AffineOp("ffn_activation", "vector", m.n_layers, t, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
+    return ops
+
+
+def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
+    """Operators of one pass on one device (decoder layers, embedding, LM head)."""
+    m, tp, act = ex.model, ex.tp, ex.act_bytes
+    t = np.asarray(shape.tokens, dtype=float)
+    L = m.n_layers
+    d = m.d_model
+    if m.mla is None:
+        q_dim, kv_dim_dev = m.q_dim / tp, ex.kv_heads_per_device * m.head_dim
+        qkv = gemm("qkv_proj", d * (q_dim + 2 * kv_dim_dev), t, d, q_dim + 2 * kv_dim_dev, ex)
+    else:     # down-projections on every rank, up-projections split by heads
+        a = m.mla
+        latent = a.kv_lora_rank + a.qk_rope_head_dim
+        q_in = d * a.q_lora_rank + a.q_lora_rank * m.q_dim / tp if a.q_lora_rank else d * m.q_dim / tp
+        qkv = gemm("qkv_proj", q_in + d * latent + m.mla_kv_up_params / tp, t, d, m.q_dim / tp + latent, ex)
+    ops = [AffineOp("norm_rope_residual", "vector", L, t, f1=12.0 * d, h0=0.0, h1=6.0 * d * act), qkv]
+    ops.extend(_attention_ops(shape, ex, t))
+    ops.append(gemm("o_proj", m.o_dim / tp * d, t, m.o_dim / tp, d, ex))
+    ops.extend(_ffn_ops(ex, t))
     if tp > 1:
         from costmodel.engine.parallel import allreduce_time_s, tp_link
         msg = t * d * act

@@ -74,7 +74,8 @@ class Tree:
         return int(self.n_nodes + 1 + (self.depths).sum())
 
     def expected_tokens(self, rank_acceptance) -> float:
-        """1 + Σ_v Π p_rank along the path (a rank beyond the vector has p = 0)."""
+        """1 + Σ_v Π p_rank along the path (a rank beyond the vector has p = 0: the list p_1..p_k
+        states that lower-ranked candidates are never accepted)."""
         p = np.concatenate([np.asarray(rank_acceptance, dtype=float), np.zeros(self.n_nodes + 1)])
         prob = np.ones(self.n_nodes + 1)
         for i, (par, r) in enumerate(zip(self.parents, self.ranks), start=1):
@@ -127,6 +128,7 @@ def _sequoia_table(n_max: int, rank_acceptance: tuple, max_depth: int):
     m_idx = np.arange(N)[:, None]
     a_idx = np.arange(N)[None, :]
     valid = (a_idx >= 1) & (a_idx <= m_idx)
+    rest = np.clip(m_idx - a_idx, 0, N - 1)
     for d in range(1, D + 1):
         h_prev = np.full(N, NEG)
         h_prev[0] = 0.0                             # h_0(m): 0 nodes with no ranks
@@ -134,9 +136,11 @@ def _sequoia_table(n_max: int, rank_acceptance: tuple, max_depth: int):
         best[0] = 0.0
         best_i = np.zeros(N, dtype=int)
         sub = g[d - 1, :N]                          # value of a child subtree with a nodes
+        sub_ok = (sub > NEG / 2)[a_idx]             # a subtree of a nodes fits in d-1 levels
         for i in range(k):
-            # h_i(m) = max_{1<=a<=m} h_{i-1}(m−a) + p_i·g[d−1, a]  (ranks 1..i all present)
-            cand = np.where(valid, h_prev[np.clip(m_idx - a_idx, 0, N - 1)] + p[i] * sub[a_idx], NEG)
+            # h_i(m) = max_{1<=a<=m} h_{i-1}(m−a) + p_i·g[d−1, a]  (ranks 1..i all present); an
+            # infeasible part stays infeasible whatever p_i (p_i = 0 must not make 0·NEG = 0 feasible)
+            cand = np.where(valid & sub_ok & (h_prev > NEG / 2)[rest], h_prev[rest] + p[i] * sub[a_idx], NEG)
             arg = cand.argmax(axis=1)
             h = cand[np.arange(N), arg]
             h = np.where(h < NEG / 2, NEG, h)
@@ -176,12 +180,40 @@ def _reconstruct(choice, n_nodes: int, depth: int) -> "Tree":
     return _bfs(parents)
 
 
+def tree_capacity(n_ranks: int, depth: int, cap: int) -> int:
+    """Most draft nodes a tree with at most ``n_ranks`` children per node and ``depth`` levels holds:
+    Σ_{i=1..depth} n_ranks^i (counting stops once it passes ``cap``)."""
+    total, level = 0, 1
+    for _ in range(depth):
+        level *= n_ranks
+        total += level
+        if total >= cap:
+            break
+    return total
+
+
+def ranks_for(rank_acceptance: tuple, n_nodes: int, depth: int) -> tuple:
+    """The rank vector the DP needs to place ``n_nodes`` nodes within ``depth`` levels.
+
+    A rank beyond the given list has acceptance 0 (as in :meth:`Tree.expected_tokens`): the list
+    p_1..p_k says the draft's lower-ranked candidates are never accepted. Such nodes add nothing
+    to τ but are still nodes of the tree (they are drafted and verified). When the k ranks cannot
+    hold ``n_nodes`` within ``depth`` (k = 1 and more nodes than levels), zero-probability ranks
+    are appended until they can, so that the optimal tree has exactly ``n_nodes`` nodes and its τ
+    never falls below that of a smaller budget. A list that already suffices is returned as is."""
+    p = tuple(rank_acceptance)
+    k = max(len(p), 1)
+    while tree_capacity(k, depth, n_nodes) < n_nodes:
+        k += 1
+    return p + (0.0,) * (k - len(p))
+
+
 @functools.lru_cache(maxsize=512)
 def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = None) -> Tree:
     """Sequoia's DP: the tree of ``n_nodes`` draft nodes maximising expected tokens (module docstring),
-    depth <= ``max_depth`` (<= 32 when not given)."""
+    depth <= ``max_depth`` (<= 32 when not given); ranks beyond the list: :func:`ranks_for`."""
     D = min(n_nodes, max_depth or 32)
-    _, choice = _sequoia_table(n_nodes, tuple(rank_acceptance), D)
+    _, choice = _sequoia_table(n_nodes, ranks_for(rank_acceptance, n_nodes, D), D)
     return _reconstruct(choice, n_nodes, D)
 
 
@@ -190,10 +222,12 @@ def candidate_trees(budget: int, rank_acceptance: tuple, max_depth: int | None =
     space of Sequoia's hardware-aware optimiser, which trades tokens per step against draft passes
     (one per level) and verification tokens. One DP table serves all (n, d)."""
     D = min(budget, max_depth or 16)
-    _, choice = _sequoia_table(budget, tuple(rank_acceptance), D)
+    g, choice = _sequoia_table(budget, tuple(rank_acceptance), D)
     seen, out = set(), []
     for n in range(1, budget + 1):
         for d in range(1, min(n, D) + 1):
+            if g[d, n + 1] < 0:           # the ranks cannot hold n nodes in d levels: no such tree
+                continue
             t = _reconstruct(choice, n, d)
             if t.parents not in seen:
                 seen.add(t.parents)

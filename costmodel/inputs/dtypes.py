@@ -24,12 +24,21 @@ from __future__ import annotations
 
 from costmodel.errors import InputError
 
-DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
 
-BYTES_PER_ELEMENT = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+BYTES_PER_ELEMENT = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+                     "nvfp4": 0.5, "mxfp4": 0.5}
 
-#: weight-only quantised storage dtypes (the others are stored as they compute)
-QUANTISED = ("int8", "int4")
+#: 4-bit floating-point block formats (E2M1 elements): (block size along K, scale bytes per block).
+#: NVFP4: one FP8 E4M3 scale per 16 elements (+ one FP32 per tensor, negligible): 0.5 + 1/16 = 0.5625 B;
+#: MXFP4 (OCP Microscaling v1.0): one E8M0 scale per 32 elements: 0.5 + 1/32 = 0.53125 B (17 B per 32).
+#: Fixed by the format, not by the runtime. Blackwell (and CDNA4 for MXFP4) multiply them natively
+#: (``matrix_flops_per_s.fp4``); other GPUs dequantise them weight-only, as they do int4.
+FP4_BLOCK_FORMATS = {"nvfp4": (16, 1.0), "mxfp4": (32, 1.0)}
+
+#: storage dtypes with per-group/per-block scales (stored narrower than they compute, except fp4 on
+#: hardware with fp4 matrix units)
+QUANTISED = ("int8", "int4", "nvfp4", "mxfp4")
 
 #: default group size per quantised dtype when a runtime gives none: int4 groups of 128 (AWQ/GPTQ
 #: layout), int8 per output channel (``None`` = the group is the whole input row, d_in weights)
@@ -53,6 +62,8 @@ def weight_bytes_per_param(dtype: str) -> float:
     """Storage bytes per weight in the default layout (no runtime): int4 = 0.5 + 4/128 = 0.53125,
     int8 = 1.0; the runtime-aware figure is ``ops.Exec.w_bytes``."""
     check(dtype, "weight_dtype")
+    if dtype in FP4_BLOCK_FORMATS:
+        return quantised_bytes_per_weight(dtype, *FP4_BLOCK_FORMATS[dtype])
     if dtype in QUANTISED:
         return quantised_bytes_per_weight(dtype, DEFAULT_GROUP_SIZE[dtype], DEFAULT_SCALE_BYTES_PER_GROUP[dtype])
     return BYTES_PER_ELEMENT[dtype]
@@ -68,15 +79,22 @@ def kv_bytes_per_element(dtype: str) -> float:
 def compute_dtype(weight_dtype: str, hw=None) -> str:
     """Dtype of the matrix units: weight-only int8/int4 dequantise to fp16; fp8 runs on fp8 units where
     the hardware has them (``hw.supports('fp8')``) and weight-only on the fp16 units where it has not
-    (A100, V100, T4, A10G: the stacks upcast fp8 weights in the GEMM, e.g. vLLM's fp8 Marlin kernel)."""
+    (A100, V100, T4, A10G: the stacks upcast fp8 weights in the GEMM, e.g. vLLM's fp8 Marlin kernel);
+    nvfp4/mxfp4 run on fp4 units where ``hw`` has them (``hw.supports('fp4')``), else weight-only
+    dequantised to fp16 like int4."""
+    if weight_dtype in FP4_BLOCK_FORMATS:
+        return "fp4" if hw is not None and hw.supports("fp4") else "fp16"
     if weight_dtype == "fp8" and hw is not None and not hw.supports("fp8"):
         return "fp16"
     return {"int8": "fp16", "int4": "fp16"}.get(weight_dtype, weight_dtype)
 
 
 def weight_only(weight_dtype: str, hw=None) -> bool:
-    """Whether the weights are dequantised to fp16 inside the GEMM (int8/int4, or fp8 without fp8 units)."""
-    return weight_dtype in QUANTISED or (weight_dtype == "fp8" and compute_dtype(weight_dtype, hw) != "fp8")
+    """Whether the weights are dequantised to fp16 inside the GEMM (int8/int4, fp8 without fp8 units,
+    nvfp4/mxfp4 without fp4 units)."""
+    if weight_dtype in ("int8", "int4"):
+        return True
+    return weight_dtype in ("fp8",) + tuple(FP4_BLOCK_FORMATS) and compute_dtype(weight_dtype, hw) == "fp16"
 
 
 def default_kv_dtype(weight_dtype: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve
 
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4")   # fp4: NVFP4/MXFP4 block-scaled
 
 
 @dataclass(frozen=True)
@@ -90,35 +90,72 @@ class Hardware:
         return self.scale_up if n_devices <= self.devices_per_node else self.network
 
 
+# Physical ranges of the spec values: wide enough for any real device (a microcontroller to a
+# wafer-scale part), narrow enough that every product and quotient the engine forms stays finite
+# (a FLOP rate of 1e-300 or a launch time of 1e308 s would overflow to inf or underflow to 0).
+RATE = dict(min_value=1e6, max_value=1e18)          # FLOP/s: 1 MFLOP/s .. 1 EFLOP/s per device
+BANDWIDTH = dict(min_value=1e6, max_value=1e16)     # bytes/s: 1 MB/s .. 10 PB/s
+LINK = dict(min_value=1e3, max_value=1e15)          # bytes/s of an interconnect link
+BYTES = dict(min_value=1e6, max_value=1e15)         # device memory: 1 MB .. 1 PB
+SECONDS = dict(min_value=0, max_value=1.0)          # a launch or link latency over 1 s is a unit mistake
+WATTS = dict(min_value=0, max_value=1e5)
+
+HW_KEYS = {
+    "": ("id", "name", "vendor", "kind", "architecture", "release_year", "compute", "memory", "cache", "launch",
+         "efficiency", "interconnect", "power", "sources", "notes"),
+    "compute": ("sm_count", "matrix_flops_per_s", "vector_flops_per_s"),
+    "memory": ("type", "capacity_bytes", "usable_bytes", "bandwidth_bytes_per_s", "unified_with_cpu", "usable_basis"),
+    "cache": ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_basis"),
+    "launch": ("kernel_launch_s", "graph_kernel_launch_s", "basis"),
+    "efficiency": ("memory_bandwidth", "matrix"),
+    "interconnect": ("devices_per_node", "scale_up", "host", "network"),
+    "power": ("tdp_w", "modes"),
+}
+"""Allowed keys per section (``*_basis``, ``basis``, ``notes``: documentary text, never read)."""
+#: matrix rates recorded in the specs for completeness but not read (no record dtype uses them)
+DOCUMENTED_DTYPES = ("fp4",)
+LINK_KEYS = ("type", "bandwidth_bytes_per_s", "latency_s")
+MODE_KEYS = ("id", "power_w", "compute_scale", "bandwidth_scale", "basis")
+
+
 def _link(f: Fields, key: str) -> Link:
     s = f.sub(key)
-    return Link(type=s.text("type"), bandwidth_bytes_per_s=s.num("bandwidth_bytes_per_s", min_value=1),
-                latency_s=s.num("latency_s", min_value=0))
+    s.check_keys(LINK_KEYS)
+    return Link(type=s.text("type"), bandwidth_bytes_per_s=s.num("bandwidth_bytes_per_s", **LINK),
+                latency_s=s.num("latency_s", **SECONDS))
 
 
 def parse_hardware(data, src: str) -> Hardware:
-    """Validate one hardware mapping; every missing or mistyped field names file and field."""
+    """Validate one hardware mapping; every missing or mistyped field names file and field, an
+    unknown key is refused (with the closest allowed one), and every number is in its physical range."""
     f = Fields(data, src)
+    f.check_keys(HW_KEYS[""])
     c, m, ca, la, ef, ic, pw = (f.sub(k) for k in ("compute", "memory", "cache", "launch", "efficiency",
                                                     "interconnect", "power"))
+    for sec, name in ((c, "compute"), (m, "memory"), (ca, "cache"), (la, "launch"), (ef, "efficiency"),
+                      (ic, "interconnect"), (pw, "power")):
+        sec.check_keys(HW_KEYS[name])
     mf = c.sub("matrix_flops_per_s")
+    mf.check_keys(DTYPES + DOCUMENTED_DTYPES)
     matrix = {}
     for dt in DTYPES:
-        matrix[dt] = mf.num(dt, required=dt in ("fp32", "fp16"), allow_null=True, min_value=0)
+        matrix[dt] = mf.num(dt, required=dt in ("fp32", "fp16"), allow_null=True, **RATE)
     modes = []
     for j, raw in enumerate(pw.items("modes", required=False)):
         mm = Fields(raw, src, f"power.modes[{j}]")
-        modes.append(PowerMode(id=str(mm._get("id")), power_w=mm.num("power_w", min_value=0),
+        mm.check_keys(MODE_KEYS)
+        modes.append(PowerMode(id=mm.text("id"), power_w=mm.num("power_w", **WATTS),
                                compute_scale=mm.num("compute_scale", min_value=0.01, max_value=1),
                                bandwidth_scale=mm.num("bandwidth_scale", min_value=0.01, max_value=1)))
-    cap = m.num("capacity_bytes", min_value=1)
-    usable = m.num("usable_bytes", min_value=1)
+    cap = m.num("capacity_bytes", **BYTES)
+    usable = m.num("usable_bytes", **BYTES)
     if usable > cap:
         raise InputError(f"usable_bytes ({usable:.4g}) exceeds capacity_bytes ({cap:.4g})", source=src,
                          field="memory.usable_bytes")
 
     def eff(key):
         e = ef.sub(key)
+        e.check_keys(("value", "source"))
         e.text("source")
         return e.num("value", min_value=0.01, max_value=1.0)   # a fraction of the datasheet
 
@@ -127,17 +164,18 @@ def parse_hardware(data, src: str) -> Hardware:
         raise InputError("must list at least one source", source=src, field="sources")
     return Hardware(
         id=f.text("id"), name=f.text("name"), vendor=f.text("vendor"), kind=f.text("kind"),
-        sm_count=c.num("sm_count", integer=True, min_value=1), matrix_flops_per_s=matrix,
-        vector_flops_per_s=c.num("vector_flops_per_s", min_value=1),
+        sm_count=c.num("sm_count", integer=True, min_value=1, max_value=1 << 20), matrix_flops_per_s=matrix,
+        vector_flops_per_s=c.num("vector_flops_per_s", **RATE),
         memory_type=m.text("type"), capacity_bytes=cap, usable_bytes=usable,
-        bandwidth_bytes_per_s=m.num("bandwidth_bytes_per_s", min_value=1),
+        bandwidth_bytes_per_s=m.num("bandwidth_bytes_per_s", **BANDWIDTH),
         unified_with_cpu=m.flag("unified_with_cpu"),
-        l2_bytes=ca.num("l2_bytes", min_value=0), l2_bandwidth_bytes_per_s=ca.num("l2_bandwidth_bytes_per_s", min_value=1),
-        kernel_launch_s=la.num("kernel_launch_s", min_value=0), graph_kernel_launch_s=la.num("graph_kernel_launch_s", min_value=0),
+        l2_bytes=ca.num("l2_bytes", min_value=0, max_value=1e10),
+        l2_bandwidth_bytes_per_s=ca.num("l2_bandwidth_bytes_per_s", **BANDWIDTH),
+        kernel_launch_s=la.num("kernel_launch_s", **SECONDS), graph_kernel_launch_s=la.num("graph_kernel_launch_s", **SECONDS),
         memory_efficiency=eff("memory_bandwidth"), matrix_efficiency=eff("matrix"),
-        devices_per_node=ic.num("devices_per_node", integer=True, min_value=1),
+        devices_per_node=ic.num("devices_per_node", integer=True, min_value=1, max_value=4096),
         scale_up=_link(ic, "scale_up"), host=_link(ic, "host"), network=_link(ic, "network"),
-        tdp_w=pw.num("tdp_w", min_value=0), power_modes=tuple(modes), sources=sources, source_file=src)
+        tdp_w=pw.num("tdp_w", **WATTS), power_modes=tuple(modes), sources=sources, source_file=src)
 
 
 @functools.lru_cache(maxsize=256)

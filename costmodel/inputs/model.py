@@ -2,9 +2,20 @@
 
 Parameter count (per layer, gated FFN, biases ignored):
   attention  = d_model·(n_heads + 2·n_kv_heads)·head_dim + n_heads·head_dim·d_model
-  FFN        = n_experts · 3·d_model·d_ff  (2·d_model·d_ff when not gated) + router d_model·n_experts
-  norms      = 2·d_model
+  MLA        = d·q_lora + q_lora·h·(nope + rope)        (q; d·h·(nope + rope) without q_lora)
+               + d·(kv_lora + rope) + kv_lora·h·(nope + v) + h·v·d          (kv down, kv up, o)
+  FFN        = 3·d_model·d_ff (2·d_model·d_ff when not gated) on a dense layer;
+               on a MoE layer (n_experts + n_shared_experts)·3·d_model·moe_d_ff + router d_model·n_experts
+  norms      = 2·d_model (+ q_lora + kv_lora for MLA)
 plus embeddings vocab·d_model, an LM head vocab·d_model unless tied, and a final norm d_model.
+A model has ``n_moe_layers`` = (n_layers − first_dense_layers) // moe_layer_freq MoE layers (0 for a
+dense model) and dense FFN layers for the rest.
+
+Attention per layer kind: ``n_window_layers`` layers attend over at most ``attention_window`` past
+tokens (sliding window, or chunked attention whose chunk holds at most that many); the others
+(every ``global_layer_every``-th layer; none when 0) attend over the whole context. KV per token
+per layer: 2·n_kv_heads·head_dim elements, or kv_lora_rank + qk_rope_head_dim for MLA (one latent
+shared by every head).
 """
 
 from __future__ import annotations
@@ -16,6 +27,20 @@ from pathlib import Path
 
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve
+
+WINDOW_KINDS = ("sliding", "chunked")
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3): K and V are up-projected from one latent of
+    ``kv_lora_rank`` elements per token and layer, plus a shared RoPE key of ``qk_rope_head_dim``."""
+
+    kv_lora_rank: int
+    q_lora_rank: int | None
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
 
 
 @dataclass(frozen=True)
@@ -35,34 +60,114 @@ class Model:
     experts_per_token: int = 1
     published_params: float | None = None
     source: str = ""
+    max_context: int | None = None   # longest context (prompt + generated tokens) the model supports
+    moe_d_ff: int | None = None      # width of one routed/shared expert (None: d_ff)
+    n_shared_experts: int = 0        # experts every token runs besides its top-k
+    first_dense_layers: int = 0      # leading layers with a dense FFN of d_ff
+    moe_layer_freq: int = 1          # every k-th layer after those is MoE (Llama-4-Maverick: 2)
+    attention_window: int | None = None  # tokens a windowed layer attends over (None: no window)
+    window_kind: str = "sliding"     # 'sliding' (Mistral v0.1, Gemma, gpt-oss) or 'chunked' (Llama-4)
+    global_layer_every: int = 0      # every k-th layer attends globally; 0 = every layer windowed
+    mla: MLA | None = None
+    mtp_layers: int = 0              # multi-token-prediction modules shipped with the model
+    published_active_params: float | None = None
+    published_params_rounding: float = 0.0   # half the last digit of a rounded figure ("1T": 5e10)
+    published_params_scope: str = "text"   # 'text+vision': the published count includes a vision encoder
+
+    # ---- layer kinds ------------------------------------------------------
+    @property
+    def n_moe_layers(self) -> int:
+        if self.n_experts <= 1:
+            return 0
+        return (self.n_layers - self.first_dense_layers) // self.moe_layer_freq
+
+    @property
+    def n_dense_layers(self) -> int:
+        return self.n_layers - self.n_moe_layers
+
+    @property
+    def n_window_layers(self) -> int:
+        """Layers whose attention spans at most ``attention_window`` tokens."""
+        if self.attention_window is None:
+            return 0
+        return self.n_layers - (self.n_layers // self.global_layer_every if self.global_layer_every else 0)
+
+    @property
+    def n_global_layers(self) -> int:
+        return self.n_layers - self.n_window_layers
+
+    @property
+    def expert_d_ff(self) -> int:
+        return self.d_ff if self.moe_d_ff is None else self.moe_d_ff
 
     # ---- parameter counts -------------------------------------------------
     @property
     def q_dim(self) -> int:
+        """Width of the queries (MLA: heads·(nope + rope))."""
+        if self.mla is not None:
+            return self.n_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
         return self.n_heads * self.head_dim
+
+    @property
+    def o_dim(self) -> int:
+        """Input width of the output projection (MLA: heads·v_head_dim)."""
+        return self.n_heads * self.mla.v_head_dim if self.mla is not None else self.q_dim
 
     @property
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim
 
     @property
-    def attn_params_per_layer(self) -> int:
-        """d·(h + 2·kv)·hd (q, k, v) + h·hd·d (o)."""
-        return self.d_model * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.d_model
+    def kv_elements_per_token_layer(self) -> int:
+        """KV cache elements of one token in one layer: 2·kv_heads·head_dim, MLA kv_lora + rope."""
+        if self.mla is not None:
+            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        return 2 * self.kv_dim
 
     @property
-    def expert_params(self) -> int:
-        """One expert's FFN: 3·d·d_ff gated, 2·d·d_ff plain."""
+    def mla_kv_up_params(self) -> int:
+        """MLA's K/V up-projection kv_lora·h·(nope + v) (0 without MLA)."""
+        a = self.mla
+        return 0 if a is None else a.kv_lora_rank * self.n_heads * (a.qk_nope_head_dim + a.v_head_dim)
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        """d·(h + 2·kv)·hd (q, k, v) + h·hd·d (o); MLA: module docstring."""
+        d = self.d_model
+        a = self.mla
+        if a is None:
+            return d * (self.q_dim + 2 * self.kv_dim) + self.q_dim * d
+        q = d * a.q_lora_rank + a.q_lora_rank * self.q_dim if a.q_lora_rank else d * self.q_dim
+        return q + d * (a.kv_lora_rank + a.qk_rope_head_dim) + self.mla_kv_up_params + self.o_dim * d
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        a = self.mla
+        return 2 * self.d_model + (0 if a is None else (a.q_lora_rank or 0) + a.kv_lora_rank)
+
+    @property
+    def dense_ffn_params(self) -> int:
+        """A dense layer's FFN: 3·d·d_ff gated, 2·d·d_ff plain."""
         return (3 if self.ffn_type == "gated" else 2) * self.d_model * self.d_ff
 
     @property
-    def ffn_params_per_layer(self) -> int:
-        router = self.d_model * self.n_experts if self.n_experts > 1 else 0
-        return self.n_experts * self.expert_params + router
+    def expert_params(self) -> int:
+        """One expert's FFN: 3·d·moe_d_ff gated, 2·d·moe_d_ff plain (a dense model: its FFN)."""
+        return (3 if self.ffn_type == "gated" else 2) * self.d_model * self.expert_d_ff
 
     @property
-    def layer_params(self) -> int:
-        return self.attn_params_per_layer + self.ffn_params_per_layer + 2 * self.d_model
+    def router_params(self) -> int:
+        return self.d_model * self.n_experts if self.n_experts > 1 else 0
+
+    @property
+    def moe_ffn_params(self) -> int:
+        """A MoE layer's FFN: (routed + shared experts) · expert + router."""
+        return (self.n_experts + self.n_shared_experts) * self.expert_params + self.router_params
+
+    @property
+    def ffn_params_per_layer(self) -> float:
+        """Mean FFN parameters per layer (dense and MoE layers averaged)."""
+        return (self.n_dense_layers * self.dense_ffn_params + self.n_moe_layers * self.moe_ffn_params) / self.n_layers
 
     @property
     def embedding_params(self) -> int:
@@ -74,43 +179,110 @@ class Model:
 
     @property
     def n_params(self) -> int:
-        """Total parameters (embeddings and untied LM head included)."""
+        """Total parameters (embeddings and untied LM head included; MTP modules not)."""
         head = 0 if self.tied_embeddings else self.lm_head_params
-        return self.n_layers * self.layer_params + self.embedding_params + head + self.d_model
+        layers = (self.n_layers * (self.attn_params_per_layer + self.norm_params_per_layer)
+                  + self.n_dense_layers * self.dense_ffn_params + self.n_moe_layers * self.moe_ffn_params)
+        return layers + self.embedding_params + head + self.d_model
 
     @property
     def active_params_per_token(self) -> int:
-        """Parameters one token multiplies through (MoE: only its experts; no embedding gather)."""
-        ffn = self.experts_per_token * self.expert_params + (
-            self.d_model * self.n_experts if self.n_experts > 1 else 0)
-        per_layer = self.attn_params_per_layer + ffn
-        return self.n_layers * per_layer + self.lm_head_params
+        """Parameters one token multiplies through (MoE: its k experts, the shared ones and the
+        router; no embedding gather, no norms)."""
+        moe = (self.experts_per_token + self.n_shared_experts) * self.expert_params + self.router_params
+        return (self.n_layers * self.attn_params_per_layer + self.n_dense_layers * self.dense_ffn_params
+                + self.n_moe_layers * moe + self.lm_head_params)
+
+    @property
+    def mtp_params(self) -> int:
+        """One MTP module (DeepSeek-V3): a decoder layer of the last layer's kind plus the 2d×d
+        projection of [embedding; hidden] and two norms; embedding and LM head shared with the model."""
+        ffn = self.moe_ffn_params if self.n_moe_layers else self.dense_ffn_params
+        return self.attn_params_per_layer + self.norm_params_per_layer + ffn + 2 * self.d_model ** 2 + 2 * self.d_model
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
-        """K and V for one token over all layers: 2·layers·kv_heads·head_dim·bytes."""
+        """KV of one token over all layers (a context within every window):
+        2·layers·kv_heads·head_dim·bytes, MLA layers·(kv_lora + rope)·bytes."""
+        if self.mla is not None:
+            return float(self.n_layers * self.kv_elements_per_token_layer) * kv_bytes_per_element
         return 2.0 * self.n_layers * self.kv_dim * kv_bytes_per_element
+
+    def kv_bytes_per_sequence(self, context_tokens: float, kv_bytes_per_element: float) -> float:
+        """KV of one sequence of ``context_tokens``: global layers hold every token, windowed layers at
+        most ``attention_window``: per-layer bytes · (global·L + windowed·min(L, W))."""
+        per_layer = self.kv_elements_per_token_layer * kv_bytes_per_element
+        w = context_tokens if self.attention_window is None else min(context_tokens, self.attention_window)
+        return per_layer * (self.n_global_layers * context_tokens + self.n_window_layers * w)
 
 
 MODEL_FIELDS = ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
                 "ffn_type", "vocab_size", "tied_embeddings", "n_experts", "experts_per_token",
-                "published_params", "source")
+                "published_params", "published_params_rounding", "published_params_scope", "published_active_params", "source", "max_context", "max_context_source",
+                "mtp_layers", "moe", "mla", "attention", "native_weight_format", "notes", "provenance")
+MOE_FIELDS = ("moe_d_ff", "n_shared_experts", "first_dense_layers", "layer_freq", "n_group", "topk_group",
+              "routed_scaling_factor", "scoring_func", "note")
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+ATTENTION_FIELDS = ("window", "window_kind", "global_layer_every", "note", "attention_sinks", "attention_bias",
+                    "qk_norm", "attn_logit_softcapping", "final_logit_softcapping")
+
+
+#: largest value of each dimension (far beyond any published model; keeps every parameter count and
+#: FLOP product finite and exact in a float64)
+MAX_DIM = {"n_layers": 1 << 14, "d_model": 1 << 20, "n_heads": 1 << 16, "n_kv_heads": 1 << 16, "head_dim": 1 << 16,
+           "d_ff": 1 << 24, "vocab_size": 1 << 26, "n_experts": 1 << 16, "experts_per_token": 1 << 16}
+
+
+def _dim(f: Fields, key: str, dim: str | None = None, **kw) -> int:
+    """An integer dimension ``key`` in 1..MAX_DIM[dim or key]."""
+    return f.num(key, integer=True, min_value=1, max_value=MAX_DIM[dim or key], **kw)
 
 
 def _from_zoo_yaml(data, src: str) -> Model:
     f = Fields(data, src)
     f.check_keys(MODEL_FIELDS)
-    i = dict(required=True, integer=True, min_value=1)
+    i = dict(required=True, integer=True, min_value=1, max_value=1 << 24)
+    opt = dict(required=False, integer=True, min_value=1, max_value=1 << 24)
+    kw = {}
+    moe = f.sub("moe", required=False)
+    if moe is not None:
+        moe.check_keys(MOE_FIELDS)
+        kw.update(moe_d_ff=moe.num("moe_d_ff", **opt),
+                  n_shared_experts=moe.num("n_shared_experts", required=False, default=0, integer=True, min_value=0),
+                  first_dense_layers=moe.num("first_dense_layers", required=False, default=0, integer=True,
+                                             min_value=0),
+                  moe_layer_freq=moe.num("layer_freq", required=False, default=1, integer=True, min_value=1))
+    mla = f.sub("mla", required=False)
+    if mla is not None:
+        mla.check_keys(MLA_FIELDS)
+        kw["mla"] = MLA(kv_lora_rank=mla.num("kv_lora_rank", **i),
+                        q_lora_rank=mla.num("q_lora_rank", allow_null=True, **opt),
+                        qk_rope_head_dim=mla.num("qk_rope_head_dim", **i),
+                        qk_nope_head_dim=mla.num("qk_nope_head_dim", **i), v_head_dim=mla.num("v_head_dim", **i))
+    att = f.sub("attention", required=False)
+    if att is not None:
+        att.check_keys(ATTENTION_FIELDS)
+        kw.update(attention_window=att.num("window", allow_null=True, **opt),
+                  window_kind=att.text("window_kind", required=False, default="sliding", choices=WINDOW_KINDS),
+                  global_layer_every=att.num("global_layer_every", required=False, default=0, integer=True,
+                                             min_value=0))
     m = Model(
-        id=f.text("id"), name=f.text("name"), n_layers=f.num("n_layers", **i), d_model=f.num("d_model", **i),
-        n_heads=f.num("n_heads", **i), n_kv_heads=f.num("n_kv_heads", **i), head_dim=f.num("head_dim", **i),
-        d_ff=f.num("d_ff", **i), vocab_size=f.num("vocab_size", **i),
+        id=f.text("id"), name=f.text("name"), n_layers=_dim(f, "n_layers"), d_model=_dim(f, "d_model"),
+        n_heads=_dim(f, "n_heads"), n_kv_heads=_dim(f, "n_kv_heads"), head_dim=_dim(f, "head_dim"),
+        d_ff=_dim(f, "d_ff"), vocab_size=_dim(f, "vocab_size"),
         ffn_type=f.text("ffn_type", required=False, default="gated", choices=("gated", "plain")),
         tied_embeddings=f.flag("tied_embeddings", required=False, default=False),
-        n_experts=f.num("n_experts", required=False, default=1, integer=True, min_value=1),
-        experts_per_token=f.num("experts_per_token", required=False, default=1, integer=True, min_value=1),
-        published_params=f.num("published_params", required=False, min_value=0),
+        n_experts=_dim(f, "n_experts", required=False, default=1),
+        experts_per_token=_dim(f, "experts_per_token", required=False, default=1),
+        published_params=f.num("published_params", required=False, min_value=0, max_value=1e16),
+        published_active_params=f.num("published_active_params", required=False, min_value=0, max_value=1e16),
+        published_params_rounding=f.num("published_params_rounding", required=False, default=0.0, min_value=0),
+        published_params_scope=f.text("published_params_scope", required=False, default="text",
+                                      choices=("text", "text+vision")),
         source=f.text("source", required=False, default=""),
-    )
+        max_context=f.num("max_context", **i),
+        mtp_layers=f.num("mtp_layers", required=False, default=0, integer=True, min_value=0),
+        **kw)
+    f.text("max_context_source", required=False)
     _check(m, src)
     return m
 
@@ -122,51 +294,47 @@ def _check(m: Model, src: str) -> None:
     if m.experts_per_token > m.n_experts:
         raise InputError(f"experts_per_token must be <= n_experts ({m.n_experts})", source=src,
                          field="experts_per_token", value=m.experts_per_token)
+    if m.first_dense_layers >= m.n_layers:
+        raise InputError(f"first_dense_layers must be < n_layers ({m.n_layers})", source=src,
+                         field="moe.first_dense_layers", value=m.first_dense_layers)
+    if m.global_layer_every > m.n_layers:
+        raise InputError(f"global_layer_every must be <= n_layers ({m.n_layers})", source=src,
+                         field="attention.global_layer_every", value=m.global_layer_every)
 
 
-def from_hf_config(data, src: str) -> Model:
-    """Parse a Hugging Face ``config.json`` (LLaMA/Mistral/Mixtral/Qwen2-style field names)."""
-    f = Fields(data, src)
-    i = dict(required=True, integer=True, min_value=1)
-    d = f.num("hidden_size", **i)
-    heads = f.num("num_attention_heads", **i)
-    kv = f.num("num_key_value_heads", required=False, default=heads, integer=True, min_value=1)
-    hd = f.num("head_dim", required=False, default=None, integer=True, min_value=1, allow_null=True)
-    if hd is None:
-        if d % heads:
-            raise InputError("hidden_size is not divisible by num_attention_heads; give head_dim",
-                             source=src, field="head_dim")
-        hd = d // heads
-    e = f.num("num_local_experts", required=False, default=1, integer=True, min_value=1, allow_null=True) or 1
-    k = f.num("num_experts_per_tok", required=False, default=1, integer=True, min_value=1, allow_null=True) or 1
-    act = data.get("hidden_act", "silu")
-    gated = data.get("model_type", "llama") not in ("gpt2", "opt", "gpt_neox", "bloom") and act in (
-        "silu", "swiglu", "gelu", "gelu_pytorch_tanh", "geglu")
-    name = data.get("_name_or_path") or Path(src).parent.name or Path(src).stem
-    m = Model(
-        id=str(src), name=str(name), n_layers=f.num("num_hidden_layers", **i), d_model=d, n_heads=heads,
-        n_kv_heads=kv, head_dim=hd, d_ff=f.num("intermediate_size", **i), vocab_size=f.num("vocab_size", **i),
-        ffn_type="gated" if gated else "plain",
-        tied_embeddings=f.flag("tie_word_embeddings", required=False, default=False),
-        n_experts=e, experts_per_token=k if e > 1 else 1, source=f"Hugging Face config {src}",
-    )
-    _check(m, src)
-    return m
+
+
+#: largest config.json read (Hugging Face configs are a few KiB; a label table can make one larger)
+MAX_JSON_BYTES = 4 << 20
+
+
+def read_json(path: str):
+    """A JSON file (UTF-8, at most MAX_JSON_BYTES, nesting within the parser's recursion limit);
+    anything else is an InputError naming the file."""
+    from costmodel.inputs.specs import input_path
+    p = input_path(path, "a config.json file")
+    try:
+        size = p.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"file too large ({size} bytes)", source=path, allowed=f"at most {MAX_JSON_BYTES} bytes")
+        text = p.read_bytes().decode("utf-8")
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                         source=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}): a config.json is UTF-8 JSON", source=path) from None
+    except RecursionError:
+        raise InputError("malformed JSON: nested too deeply", source=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or type(exc).__name__}", source=path) from None
 
 
 @functools.lru_cache(maxsize=256)
 def _load_path(path: str) -> Model:
-    if path.endswith(".json"):
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                             source=path) from None
-        except OSError as exc:
-            raise InputError(f"cannot read file: {exc}", source=path) from None
-        return from_hf_config(data, path)
-    data = load_yaml(path)
-    if isinstance(data, dict) and "hidden_size" in data:
+    from costmodel.inputs.hf_config import from_hf_config, is_hf_config
+    data = read_json(path) if path.endswith(".json") else load_yaml(path)
+    if path.endswith(".json") or is_hf_config(data):
         return from_hf_config(data, path)
     return _from_zoo_yaml(data, path)
 
@@ -176,3 +344,9 @@ def load_model(id_or_path, field: str = "model") -> Model:
     if isinstance(id_or_path, Model):
         return id_or_path
     return _load_path(str(resolve("model_specs", id_or_path, field)))
+
+
+def from_hf_config(data, src: str) -> Model:
+    """Parse a Hugging Face ``config.json`` (see :mod:`costmodel.inputs.hf_config`)."""
+    from costmodel.inputs import hf_config
+    return hf_config.from_hf_config(data, src)

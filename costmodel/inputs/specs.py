@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
-from costmodel.errors import InputError, suggest
+from costmodel.errors import InputError, shown, shown_text, suggest
 
 
 class _Loader(yaml.SafeLoader):
@@ -28,8 +29,12 @@ class _Loader(yaml.SafeLoader):
         except Exception as exc:  # noqa: BLE001 - the safe constructors' ValueError/IndexError/... on odd scalars
             value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
             raise yaml.constructor.ConstructorError(
-                None, None, f"cannot read value {value!r} ({node.tag.rsplit(':', 1)[-1]}): {exc}",
+                None, None, f"cannot read value {_short(value)} ({node.tag.rsplit(':', 1)[-1]}): {exc}",
                 node.start_mark) from None
+
+    def construct_document(self, node):
+        _check_graph(node)
+        return super().construct_document(node)
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -39,7 +44,7 @@ class _Loader(yaml.SafeLoader):
                     continue
                 key = (key_node.tag, key_node.value)
                 if key in seen:
-                    raise _DuplicateKey(None, None, f"key {key_node.value!r} appears twice (first at line "
+                    raise _DuplicateKey(None, None, f"key {_short(key_node.value)} appears twice (first at line "
                                         f"{seen[key].line + 1}); give each field once", key_node.start_mark)
                 seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
@@ -49,7 +54,71 @@ class _DuplicateKey(yaml.constructor.ConstructorError):
     pass
 
 
-MAX_YAML_BYTES = 16 << 20
+class _TooLarge(yaml.constructor.ConstructorError):
+    pass
+
+
+# YAML 1.1 reads 1:30 as 90 (base 60) and 010 as 8 (octal); here both stay text, so that the field
+# that expects a number refuses them instead of using a number nobody wrote.
+_Loader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag not in (
+    "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")] for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"""^(?:[-+]?0b[0-1_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+)$""", re.X), list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+
+#: largest spec file read (the bundled ones are under 32 KiB; PyYAML reads about 150 KB/s)
+MAX_YAML_BYTES = 1 << 19
+#: most nodes a YAML document may have once its aliases are expanded (a 342-byte "billion laughs"
+#: document expands to 10^9): counted on the parsed graph before any value is built
+MAX_YAML_NODES = 200_000
+#: deepest nesting of mappings and lists
+MAX_YAML_DEPTH = 64
+
+
+def _check_graph(root) -> None:
+    """Refuse a document whose alias-expanded size exceeds MAX_YAML_NODES, that nests deeper than
+    MAX_YAML_DEPTH or whose alias refers to a node containing it. Linear in the distinct nodes:
+    each node's expanded size is computed once."""
+    size: dict = {}
+    active: set = set()
+    stack = [(root, 0, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            n = 1
+            if isinstance(node, yaml.SequenceNode):
+                n += sum(size[id(c)] for c in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                n += sum(size[id(k)] + size[id(v)] for k, v in node.value)
+            size[key] = n
+            if n > MAX_YAML_NODES:
+                raise _TooLarge(None, None, f"more than {MAX_YAML_NODES:,} values once aliases are expanded "
+                                "(aliases that multiply, such as a 'billion laughs' document, are refused)",
+                                node.start_mark)
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise _TooLarge(None, None, "an alias refers to a node that contains it", node.start_mark)
+        if depth > MAX_YAML_DEPTH:
+            raise _TooLarge(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", node.start_mark)
+        if isinstance(node, yaml.ScalarNode):
+            size[key] = 1
+            continue
+        active.add(key)
+        stack.append((node, depth, True))
+        children = node.value if isinstance(node, yaml.SequenceNode) else [c for kv in node.value for c in kv]
+        for c in children:
+            if id(c) in active:
+                raise _TooLarge(None, None, "an alias refers to a node that contains it", c.start_mark)
+            if id(c) not in size:
+                stack.append((c, depth + 1, False))
 
 
 def parse_yaml(text: str, source: str = "YAML") -> object:
@@ -57,7 +126,7 @@ def parse_yaml(text: str, source: str = "YAML") -> object:
     ``source`` and the line. Tags that would build Python objects (``!!python/...``) are refused."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-    except _DuplicateKey as exc:
+    except (_DuplicateKey, _TooLarge) as exc:
         raise InputError(f"malformed YAML: {_where(exc)}{exc.problem}", source=source) from None
     except yaml.constructor.ConstructorError as exc:
         problem = str(exc.problem or "")
@@ -79,14 +148,35 @@ def _where(exc) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
 
 
+#: largest CSV read (measurement files; the bundled one is under 64 KiB)
+MAX_CSV_BYTES = 64 << 20
+
+
+def input_path(path, what: str) -> Path:
+    """``path`` as a Path after checking it names an existing regular file: a missing file, a
+    directory, a name component over 255 bytes or a name the OS refuses is an InputError naming
+    the path (cut to 200 characters)."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"must be a file path, got {type(path).__name__}", allowed=what)
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    shown_path = shown_text(text, 200)
+    if "\0" in text or any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in text.split(os.sep)):
+        raise InputError("not a valid file name (a path component is longer than 255 bytes, or contains NUL)",
+                         source=shown_path, allowed=what)
+    p = Path(text)
+    if not _path_test(p.exists):
+        raise InputError("file not found", source=shown_path)
+    if not _path_test(p.is_file):
+        raise InputError("not a file", source=shown_path, allowed=what)
+    return p
+
+
 def load_yaml(path) -> object:
     """Parse a YAML file with the safe loader; a missing, unreadable, malformed or hostile file raises
     InputError naming the file (and the line, where the parser knows it)."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError("file not found", source=str(path))
-    if not p.is_file():
-        raise InputError("not a file", source=str(path), allowed="a YAML file")
+    p = input_path(path, "a YAML file")
     try:
         if p.stat().st_size > MAX_YAML_BYTES:
             raise InputError(f"file too large ({p.stat().st_size} bytes)", source=str(path),
@@ -107,12 +197,15 @@ def read_csv(path) -> list:
     to ``parse_record(row, source=f"{path}, line {n}")`` so that its errors name the line too.
     """
     import csv
+    from collections import Counter
 
-    p = Path(path)
-    if not p.exists():
-        raise InputError("file not found", source=str(path))
-    if not p.is_file():
-        raise InputError("not a file", source=str(path), allowed="a CSV file")
+    p = input_path(path, "a CSV file")
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or type(exc).__name__}", source=str(path)) from None
+    if size > MAX_CSV_BYTES:
+        raise InputError(f"file too large ({size} bytes)", source=str(path), allowed=f"at most {MAX_CSV_BYTES} bytes")
     rows = []
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:
@@ -126,15 +219,15 @@ def read_csv(path) -> list:
                     header = [c.strip() for c in cells]
                     if any(not h for h in header):
                         raise InputError(f"line {line}: empty column name in the header", source=str(path))
-                    dup = sorted({h for h in header if header.count(h) > 1})
+                    dup = sorted(h for h, n in Counter(header).items() if n > 1)
                     if dup:
-                        raise InputError(f"line {line}: column {dup[0]!r} appears twice", source=str(path))
+                        raise InputError(f"line {line}: column {_short(dup[0])} appears twice", source=str(path))
                     continue
                 if not any(c.strip() for c in cells):
                     continue
                 if len(cells) > len(header):
-                    raise InputError(f"line {line}: {len(cells)} cells but the header has {len(header)} columns",
-                                     source=str(path))
+                    raise InputError(f"line {line}, column {len(header) + 1}: {len(cells)} cells but the header has "
+                                     f"{len(header)} columns", source=str(path))
                 rows.append((line, {h: (cells[i] if i < len(cells) else "") for i, h in enumerate(header)}))
     except csv.Error as exc:
         raise InputError(f"malformed CSV at line {reader.line_num}: {exc}", source=str(path)) from None
@@ -180,6 +273,9 @@ def resolve(kind: str, id_or_path, field: str) -> Path:
         raise InputError(f"not a valid id or path: {_short(s)}", field=field, allowed=allowed())
     p = Path(s)
     if os.sep in s or "/" in s or s.endswith((".yaml", ".yml", ".json")):
+        if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in s.split(os.sep)):
+            raise InputError("not a valid file name: a path component is longer than 255 bytes",
+                             source=shown_text(s, 200), field=field)
         if _path_test(p.is_file):
             return p
         stem = p.stem.lower()
@@ -257,13 +353,13 @@ class Fields:
         if not finite:
             raise InputError(f"must be a finite number, got {_short(v)}", source=self.source, field=self._name(key))
         if integer and int(v) != v:
-            raise InputError(f"must be an integer, got {v!r}", source=self.source, field=self._name(key))
+            raise InputError(f"must be an integer, got {_short(v)}", source=self.source, field=self._name(key))
         if integer and abs(v) > MAX_SPEC_INT:   # beyond this, products of dimensions overflow a float
             raise InputError(f"must be <= {MAX_SPEC_INT}, got {_short(v)}", source=self.source, field=self._name(key))
         if min_value is not None and v < min_value:
-            raise InputError(f"must be >= {min_value}, got {v!r}", source=self.source, field=self._name(key))
+            raise InputError(f"must be >= {min_value}, got {_short(v)}", source=self.source, field=self._name(key))
         if max_value is not None and v > max_value:
-            raise InputError(f"must be <= {max_value}, got {v!r}", source=self.source, field=self._name(key))
+            raise InputError(f"must be <= {max_value}, got {_short(v)}", source=self.source, field=self._name(key))
         return int(v) if integer else float(v)
 
     def text(self, key, required=True, default=None, choices=None):
@@ -273,7 +369,7 @@ class Fields:
         if not isinstance(v, str):
             raise InputError(f"must be text, got {_kind(v)}", source=self.source, field=self._name(key))
         if choices is not None and v not in choices:
-            raise InputError(f"unknown value {v!r}{suggest(v, choices)}", source=self.source,
+            raise InputError(f"unknown value {_short(v)}{suggest(v, choices)}", source=self.source,
                              field=self._name(key), allowed=", ".join(choices))
         return v
 
@@ -295,8 +391,7 @@ class Fields:
 
 
 def _short(v, limit: int = 60) -> str:
-    r = repr(v)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    return shown(v, limit)
 
 
 def _kind(v) -> str:

@@ -33,6 +33,7 @@ import numpy as np
 from costmodel.serving.workload import gamma_for
 
 BULK_MAX = 2048
+SCALAR_MAX = 8          # decode-only stretches this short are stepped with scalars (numpy costs more)
 
 
 class Instance:
@@ -52,6 +53,7 @@ class Instance:
         self.S = 0
         self.A = self.tsum = self.csum = 0.0
         self.reserved = {}            # rid -> blocks held while prefilling
+        self.psum = 0                 # Σ computed tokens of the prefilling requests
         self.R = 0
         self.prefix_blocks = 0
         self.prefix_ready = w.shared_prompt_len < self.bs
@@ -59,6 +61,8 @@ class Instance:
         self.gc = sim.costs.gamma_costs(gamma0)
         self.area_running = self.area_kv = self.area_system = self.busy_s = 0.0
         self.preemptions = 0
+        self.msteps = w.num_scheduler_steps
+        self.block_end = 0            # multi-step: the decoding step at which the scheduler runs next
 
     # ------------------------------------------------------------------ bookkeeping
     def n_in(self) -> int:
@@ -158,6 +162,43 @@ class Instance:
         while self.has_work() and self.clock < t_limit and not sim.events:
             self._step(t_limit)
 
+    def run_stream(self, send, arrive, t_end: float):
+        """The whole run of a lone instance under an open-loop stream (``send`` sorted): before each
+        step every request sent by then joins the queue; an idle instance jumps to the next send.
+        The same sequence of steps as the router's loop, without its per-event bookkeeping. Returns
+        the time of the last completion (or rejection)."""
+        sim = self.sim
+        events = sim.events
+        waiting = self.waiting
+        n = len(send)
+        nxt = 0
+        step = self._step
+        inf = math.inf
+        last = 0.0
+        while True:
+            clock = self.clock
+            while nxt < n and send[nxt] <= clock:
+                arrive[nxt] = send[nxt]
+                waiting.append(nxt)
+                nxt += 1
+            if not (waiting or self.prefilling or self.dec):
+                if nxt >= n or send[nxt] >= t_end:
+                    break
+                self.clock = send[nxt]
+                continue
+            if clock >= t_end:
+                break
+            nt = send[nxt] if nxt < n else inf
+            step(nt if nt < t_end else t_end)
+            if events:
+                last = max(last, events[-1][2])
+                events.clear()
+        while nxt < n and send[nxt] < t_end:          # sent after the clock stopped: queued at the end
+            arrive[nxt] = send[nxt]
+            waiting.append(nxt)
+            nxt += 1
+        return last
+
     def _admissible(self, rid) -> int:
         """Blocks ``rid`` needs to start (its prompt, its first token, the speculative slots), or -1
         when it can never fit alone (rejected)."""
@@ -172,56 +213,79 @@ class Instance:
 
     def _step(self, t_limit: float):
         sim = self.sim
-        g = gamma_for(sim.w.gamma_schedule, max(len(self.dec) + len(self.prefilling), 1)) \
-            if sim.w.gamma_schedule else self.gamma
-        if g != self.gamma:
-            self._rebase(g)
+        if sim.w.gamma_schedule:
+            g = gamma_for(sim.w.gamma_schedule, max(len(self.dec) + len(self.prefilling), 1))
+            if g != self.gamma:
+                self._rebase(g)
         gc = self.gc
+        dec, prefilling, waiting = self.dec, self.prefilling, self.waiting
+        bs, slots = self.bs, gc.slots
         # 1. decoders keep their KV (preempt the newest while they would not fit)
-        while self.dec and not self._kv_fits(1):
+        while dec:
+            n = len(dec)
+            limit = self.cap_blocks - self.prefix_blocks - self.R
+            if (self.A + (self.S + 1) * self.tsum - self.csum + n * (slots + bs - 1)) / bs <= limit \
+                    or self._dec_blocks_exact(1) <= limit:
+                break
             self._preempt_last()
+        if dec and self.S < self.block_end:          # inside a multi-step block: decode only
+            self._bulk(t_limit)
+            return
         # 2. prefill chunks and admissions
         chunked = sim.w.chunked_prefill
         q_tok = int(round(gc.q_tok))
-        n_dec = len(self.dec)
+        n_dec = len(dec)
         budget = self.budget - n_dec * q_tok if chunked else self.budget
+        need, computed = sim.need, sim.computed
         chunks = []                   # (rid, c, context_before)
         if chunked:
-            for rid in self.prefilling:
+            for rid in prefilling:
                 if budget <= 0:
                     break
-                c = min(sim.need[rid] - sim.computed[rid], budget)
-                chunks.append((rid, c, sim.computed[rid]))
+                c0 = computed[rid]
+                c = min(need[rid] - c0, budget)
+                chunks.append((rid, c, c0))
                 budget -= c
-        while self.waiting and len(self.dec) + len(self.prefilling) < self.max_seqs:
-            rid = self.waiting[0]
-            if sim.need[rid] - sim.computed[rid] > 0 and budget <= 0:
+        max_seqs = self.max_seqs
+        while waiting and len(dec) + len(prefilling) < max_seqs:
+            rid = waiting[0]
+            if need[rid] - computed[rid] > 0 and budget <= 0:
                 break
             blocks = self._admissible(rid)
             if blocks < 0:
-                self.waiting.popleft()
+                waiting.popleft()
                 sim.rejected[rid] = True
                 sim.events.append(("rejected", rid, self.clock))
                 continue
-            alone = not (self.dec or self.prefilling or chunks)
-            if not self._kv_fits(1, blocks, 0 if alone else self.watermark):
+            alone = not (dec or prefilling or chunks)
+            limit = self.cap_blocks - self.prefix_blocks - self.R - blocks - (0 if alone else self.watermark)
+            if dec:
+                nd = len(dec)
+                if (self.A + (self.S + 1) * self.tsum - self.csum + nd * (slots + bs - 1)) / bs > limit \
+                        and self._dec_blocks_exact(1) > limit:
+                    break
+            elif limit < 0:
                 break
-            left = sim.need[rid] - sim.computed[rid]
+            left = need[rid] - computed[rid]
             if not chunked and left > budget and not alone:
                 break
-            self.waiting.popleft()
+            waiting.popleft()
             if left <= 0:                       # KV already here (disaggregated hand-off)
-                self._join(rid, sim.need[rid])
+                self._join(rid, need[rid])
                 continue
             self.reserved[rid] = blocks
             self.R += blocks
-            self.prefilling.append(rid)
+            prefilling.append(rid)
+            c0 = computed[rid]
+            self.psum += c0
             c = left if not chunked else min(left, budget)
-            chunks.append((rid, c, sim.computed[rid]))
+            chunks.append((rid, c, c0))
             budget -= c
-        decode_now = bool(self.dec) and (chunked or not chunks)
+        decode_now = bool(dec) and (chunked or not chunks)
         if not chunks:
-            if self.dec:
+            if dec:
+                if self.msteps > 1:
+                    self.block_end = self.S + self.msteps
                 self._bulk(t_limit)
             return
         # one mixed (or prefill-only) step
@@ -232,35 +296,40 @@ class Instance:
             tok += c
             pairs += c * l0 + c * (c + 1) / 2.0
             kv += l0 + c
-            if l0 + c >= sim.need[rid]:
+            if l0 + c >= need[rid]:
                 lm += 1
                 finals.append(rid)
-        ptok, plm, ppairs, pkv = tok, lm, pairs, kv
+        costs = sim.costs
+        if costs.draft_table is not None:
+            draft_s = costs.draft_table.time(tok, lm, pairs, kv)
         if decode_now and n_dec:
             sl = self.A + self.S * self.tsum
             tok += n_dec * q_tok
             lm += int(round(n_dec * gc.q_lm))
             pairs += n_dec * gc.p0 + gc.p1 * sl
             kv += n_dec * gc.k0 + gc.k1 * sl
-            extra = gc.extra_s(n_dec, sl / n_dec, sim.costs.L_list)
+            extra = gc.extra_s(n_dec, sl / n_dec, costs.L_list)
         else:
-            extra = sim.costs.step_overhead_s
-        dt = sim.costs.table.time(tok, lm, pairs, kv) + extra
-        if sim.costs.draft_table is not None:
-            dt += sim.costs.draft_table.time(ptok, plm, ppairs, pkv)
+            extra = costs.step_overhead_s
+        dt = costs.table.time(tok, lm, pairs, kv) + extra
+        if costs.draft_table is not None:
+            dt += draft_s
         self._account(dt, len(chunks) + (n_dec if decode_now else 0))
         self.clock += dt
         for rid, c, l0 in chunks:
-            sim.computed[rid] = l0 + c
+            computed[rid] = l0 + c
+        self.psum += tok - (n_dec * q_tok if decode_now and n_dec else 0)
         if decode_now and n_dec:
             self.S += 1
-            self._pop_done()
+            if self.heap[0][0] <= self.S:
+                self._pop_done()
         for rid in finals:
             self._prefill_done(rid)
 
     def _prefill_done(self, rid: int):
         sim = self.sim
         self.prefilling.remove(rid)
+        self.psum -= sim.computed[rid]
         self.R -= self.reserved.pop(rid)
         if not self.prefix_ready and sim.shared and sim.cached[rid] == 0:
             self.prefix_ready = True
@@ -286,8 +355,7 @@ class Instance:
     def _account(self, dt, running):
         self.busy_s += dt
         self.area_running += dt * running
-        used = self.A + self.S * self.tsum - self.csum + self.prefix_blocks * self.bs + \
-            sum(self.sim.computed[r] for r in self.prefilling)
+        used = self.A + self.S * self.tsum - self.csum + self.prefix_blocks * self.bs + self.psum
         self.area_kv += dt * used
         self.area_system += dt * self.n_in()
 
@@ -305,6 +373,8 @@ class Instance:
         """Decode-only steps up to the next completion, KV limit or ``t_limit``, priced in one go."""
         sim, gc = self.sim, self.gc
         top = self._valid_top()
+        if self.S < self.block_end:
+            top = min(top, self.block_end)
         k = max(1, min(top - self.S, BULK_MAX))
         # KV: the upper bound must stay within capacity for every step taken
         limit = self.cap_blocks - self.prefix_blocks - self.R
@@ -323,6 +393,21 @@ class Instance:
             self.S += 1
             self._pop_done()
             return
+        if math.isfinite(t_limit):       # steps only lengthen as contexts grow: enough to reach t_limit
+            k = min(k, int((t_limit - self.clock) / dt) + 2)
+        if k <= SCALAR_MAX:              # a few steps: scalar arithmetic, one at a time
+            table, L_list = sim.costs.table, sim.costs.L_list
+            tok, lm, p0, p1, k0, k1 = n * q_tok, int(round(n * gc.q_lm)), n * gc.p0, gc.p1, n * gc.k0, gc.k1
+            for i in range(k):
+                self._account(dt, n)
+                self.clock += dt
+                self.S += 1
+                if i == k - 1 or self.clock >= t_limit:
+                    break
+                sl0 = self.A + self.S * self.tsum
+                dt = table.time(tok, lm, p0 + p1 * sl0, k0 + k1 * sl0) + gc.extra_s(n, sl0 / n, L_list)
+            self._pop_done()
+            return
         j = np.arange(k, dtype=float)
         sl = self.A + (self.S + j) * self.tsum
         t = sim.costs.table.times(np.full(k, n * q_tok), np.full(k, int(round(n * gc.q_lm))),
@@ -335,7 +420,7 @@ class Instance:
         dt = float(cum[k - 1])
         self.busy_s += dt
         self.area_running += dt * n
-        used0 = self.prefix_blocks * self.bs - self.csum + sum(sim.computed[r] for r in self.prefilling)
+        used0 = self.prefix_blocks * self.bs - self.csum + self.psum
         self.area_kv += float(np.dot(t[:k], sl[:k])) + used0 * dt
         self.area_system += dt * self.n_in()
         self.clock += dt

@@ -6,20 +6,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 
 def _save(fig, path: str):
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=os.path.splitext(path)[1] or ".png", dir=d)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from costmodel.inputs.outputs import atomic_path, check_output_path
+    p = check_output_path(path, (".png", ".svg", ".pdf"), field="--plot")
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=p.rsplit(".", 1)[-1].lower())
 
 
 def _plt():

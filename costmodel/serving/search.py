@@ -4,6 +4,7 @@
   served, the ``slo_percentile`` of TTFT and TPOT within ``slo_ttft_s`` / ``slo_tpot_s``) is
   monotone in the rate up to noise; the rate doubles from 1/s until it fails, then bisects the
   bracket to 2 % (every run with the same seed, so arrivals scale with the rate).
+  ``at_fail`` is the run at the lowest failing rate tried (just above the answer): what broke.
 * :func:`pareto_frontier`: for each tensor-parallel degree that fits (divisors of the heads up to
   ``n_devices``, one replica each) and each ``max_num_seqs`` in 1, 2, 4, …, 512, a saturated closed
   loop (``max_concurrency`` = max_num_seqs, every request sent at once) gives tokens/s per device
@@ -36,7 +37,7 @@ def max_rate_search(rec, w) -> dict:
         costs = sim.costs
         return res, meets_slo(res, w)
 
-    lo, hi, best = 0.0, None, None
+    lo, hi, best, fail = 0.0, None, None, None
     rate = 1.0
     for _ in range(24):
         res, ok = run(rate)
@@ -44,29 +45,31 @@ def max_rate_search(rec, w) -> dict:
             lo, best = rate, res
             rate *= 2.0
         else:
-            hi = rate
+            hi, fail = rate, res
             break
     if hi is None:
-        return {"max_request_rate": lo, "at_max": best, "note": "the SLOs held at every rate tried"}
+        return {"max_request_rate": lo, "at_max": best, "at_fail": None, "note": "the SLOs held at every rate tried"}
     if best is None:                       # fails at 1/s: search downwards
         hi_r = 1.0
-        for _ in range(24):
+        for _ in range(12):                # down to 1/4096 requests/s
             hi_r /= 2.0
             res, ok = run(hi_r)
             if ok:
                 lo, best = hi_r, res
                 hi = hi_r * 2.0
                 break
+            fail = res
         if best is None:
-            return {"max_request_rate": 0.0, "at_max": None, "note": "the SLOs fail even at very low load"}
+            return {"max_request_rate": 0.0, "at_max": None, "at_fail": fail,
+                    "note": "the SLOs fail even at very low load"}
     while hi - lo > REL_TOL * lo:
         mid = 0.5 * (lo + hi)
         res, ok = run(mid)
         if ok:
             lo, best = mid, res
         else:
-            hi = mid
-    return {"max_request_rate": lo, "at_max": best}
+            hi, fail = mid, res
+    return {"max_request_rate": lo, "at_max": best, "at_fail": fail}
 
 
 def pareto_frontier(rec, w, seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) -> dict:

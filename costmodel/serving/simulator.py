@@ -86,6 +86,9 @@ class Simulation:
         ex = self.costs.ex
         last = 0.0
         single = len(self.instances) == 1
+        if single and w.max_concurrency is None:
+            last = self.instances[0].run_stream(send, self.arrive, t_end)
+            return t_end if math.isfinite(t_end) else last
         while True:
             t_arr = send[nxt] if nxt < self.n and in_flight < cap else math.inf
             t_hand = handoffs[0][0] if handoffs else math.inf

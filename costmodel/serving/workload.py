@@ -12,7 +12,9 @@ Fields (all optional; a record's deployment fields go to :func:`costmodel.inputs
   ``fixed:N``, ``uniform:A:B`` (integers, both ends included) or ``lognormal:MEAN:CV``;
   ``shared_prompt_len`` (a system prompt every request starts with; prefix caching keeps it).
 * scheduler: ``max_num_seqs`` (256), ``max_num_batched_tokens`` (the runtime's prefill chunk, else
-  8192), ``chunked_prefill`` (true), ``block_size`` (16 tokens), ``gamma_schedule``
+  8192), ``chunked_prefill`` (true), ``block_size`` (16 tokens), ``num_scheduler_steps`` (1; vLLM
+  0.6's multi-step scheduling: once decoding, the scheduler runs N decode steps before it looks at
+  the queue again, so a new request waits for the block to end), ``gamma_schedule``
   (``1-64:3,65-128:1,129-:0``: γ by running sequences, 0 = plain decoding), ``acceptance_sd``
   (spread of the per-request acceptance α_i ~ Beta with mean α; 0.05), ``seed`` (0).
 * deployment under load: ``replicas`` (1), ``prefill_instances`` / ``decode_instances``
@@ -50,6 +52,7 @@ class Workload:
     max_num_batched_tokens: int | None = None
     chunked_prefill: bool = True
     block_size: int = 16
+    num_scheduler_steps: int = 1
     gamma_schedule: tuple = field(default=())      # ((lo, hi, gamma), ...)
     acceptance_sd: float = 0.05
     seed: int = 0
@@ -165,7 +168,8 @@ def parse_workload(data: dict) -> Workload:
     out = {}
     ints = {"num_requests": (1, 10_000_000), "max_concurrency": (1, 1 << 20), "prompt_len": (1, 1 << 22),
             "gen_len": (1, 1 << 22), "shared_prompt_len": (0, 1 << 22), "max_num_seqs": (1, 4096),
-            "max_num_batched_tokens": (1, 1 << 20), "block_size": (1, 1024), "seed": (0, 2 ** 32 - 1),
+            "max_num_batched_tokens": (1, 1 << 20), "block_size": (1, 1024),
+            "num_scheduler_steps": (1, 256), "seed": (0, 2 ** 32 - 1),
             "replicas": (1, 4096), "prefill_instances": (0, 4096), "decode_instances": (0, 4096)}
     for k, (lo, hi) in ints.items():
         if k in d:

@@ -1,4 +1,4 @@
-"""``costmodel check CLAIMS.yaml``: a verdict per claim (DESIGN §5; formulas in costmodel/claims.py)."""
+"""``costmodel check CLAIMS.yaml``: a verdict per claim (formulas in costmodel/analysis/claims.py)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,17 @@ CANDIDATE_COLUMNS = (
     ("bound", "bound", None, "{}"),
     ("why_not", "fails on", None, "{}"),
 )
+LOAD_COLUMNS = (
+    ("hardware", "hardware", None, "{}"),
+    ("tensor_parallel", "TP", None, "{:.0f}"),
+    ("strategy", "strategy", None, "{}"),
+    ("gamma", "γ", None, "{}"),
+    ("draft_placement", "draft at", None, "{}"),
+    ("max_rate_per_replica", "req/s per replica", 1, "{:.3g}"),
+    ("replicas", "replicas", None, "{}"),
+    ("n_devices_total", "devices", None, "{}"),
+    ("binding_constraint", "bound by", None, "{}"),
+)
 OPTION_COLUMNS = (("hardware", "hardware", None, "{}"),) + CANDIDATE_COLUMNS[:5] + (
     ("feasible", "feasible", None, "{}"),
     ("cost_per_hour", "cost/h", 1, "{:.2f}"),
@@ -39,7 +50,9 @@ def register(subparsers, common):
                     "target_ttft_s, target_e2e_latency_s (upper bounds); target_tokens_per_s (aggregate), "
                     "target_tokens_per_s_per_seq (lower bounds). Leave out n_devices to search device "
                     "counts (TP, TP×PP), batch_size to search the largest batch; several hardware ids "
-                    "(comma-separated) or --prices to pick the cheapest.")
+                    "(comma-separated) or --prices to pick the cheapest. Under load: request_rate=R with "
+                    "slo_ttft_s / slo_tpot_s (and workload fields as for serve) answers replicas × TP × "
+                    "strategy.")
     p.add_argument("fields", nargs="+", metavar="KEY=VALUE")
     p.add_argument("--prices", metavar="PRICES.yaml", help="prices per device-hour (see scenarios/prices_example.yaml)")
     p.add_argument("--max-devices", type=int, default=None, help="largest device count tried (default 64)")
@@ -58,6 +71,13 @@ def run(args):
     fields = parse_kv(args.fields)
     out = plan(fields, prices=args.prices, max_devices=args.max_devices, max_batch=args.max_batch,
                parallelism=args.parallelism, margin=args.margin)
+    if args.format == "table" and "request_rate" in out:
+        print(fmt.key_value_table({k: v for k, v in out.items() if not isinstance(v, (list, dict))}))
+        for k, v in (out.get("verified") or {}).items():
+            print(f"verified.{k}  {v}")
+        print("\nconfigurations tried (one replica each):")
+        print(fmt.table(out["candidates"], LOAD_COLUMNS))
+        return
     if args.format == "table":
         print(fmt.key_value_table({k: v for k, v in out.items() if not isinstance(v, (list, dict))}))
         for k, v in out.get("targets", {}).items():

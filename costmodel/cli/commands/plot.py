@@ -1,8 +1,6 @@
-"""``costmodel plot decision-map|roofline|sweep KEY=VALUE ... --output FILE.png`` (costmodel/plots.py)."""
+"""``costmodel plot decision-map|roofline|sweep KEY=VALUE ... --output FILE.png`` (costmodel/analysis/plots.py)."""
 
 from __future__ import annotations
-
-import os
 
 from costmodel.errors import InputError
 
@@ -23,12 +21,8 @@ def cmd_plot(args):
     from costmodel.analysis import plots
     from costmodel.cli.main import emit, parse_kv
     fields = parse_kv(args.fields)
-    out = args.output
-    if not out.lower().endswith((".png", ".svg", ".pdf")):
-        raise InputError("the output must be a .png (or .svg/.pdf) file", field="--output", value=out)
-    folder = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(folder):
-        raise InputError("folder does not exist", field="--output", value=out)
+    from costmodel.inputs.outputs import check_output_path
+    out = check_output_path(args.output, plots.PLOT_TYPES, field="--output")     # before any work
     summary = {"plot": args.kind, "output": out}
     if args.kind == "decision-map":
         d = plots.decision_map(fields, out,

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, shown
 
 
 def _range(text: str, name: str):
     parts = text.replace("..", ":").split(":")
     try:
+        if len(parts) > 2 or not text.isascii():
+            raise ValueError(text)
         vals = [float(p) for p in parts]
     except ValueError:
-        raise InputError(f"expected LOW:HIGH in SI units, got {text!r}", field=name,
+        raise InputError(f"expected LOW:HIGH in SI units, got {shown(text)}", field=name,
                          allowed="e.g. 3e11:3.35e12") from None
     if len(vals) == 1:
         vals = vals * 2
-    if len(vals) != 2:
-        raise InputError(f"expected LOW:HIGH, got {text!r}", field=name)
-    return tuple(vals)
+    return tuple(vals)     # finiteness and physical range: costmodel.analysis.recommend
 
 
 def cmd_recommend(args):
@@ -36,7 +36,11 @@ def cmd_recommend(args):
     if args.format == "json":
         emit(args, res)
         return
-    if "win_probability" in res:
+    if res.get("mode") == "under load":
+        from costmodel.cli.commands.plan import LOAD_COLUMNS
+        rows = res["candidates"]
+        cols = LOAD_COLUMNS
+    elif "win_probability" in res:
         rows = res["candidates"]
         cols = (("strategy", "strategy", None, "{}"), ("win_probability", "win prob", 1, "{:.2f}"),
                 ("worst_case_ratio", "worst ratio to best", 1, "{:.2f}"),

@@ -16,7 +16,7 @@ def register(subparsers, common):
         "serve", parents=[common], help="simulate serving under load: arrivals, continuous batching, SLOs",
         description="Simulate a deployment under a request stream. Workload fields: request_rate, arrival, "
                     "arrival_cv, num_requests, duration_s, max_concurrency, prompt_len[_dist], gen_len[_dist], "
-                    "shared_prompt_len, max_num_seqs, max_num_batched_tokens, chunked_prefill, block_size, "
+                    "shared_prompt_len, max_num_seqs, max_num_batched_tokens, chunked_prefill, block_size, num_scheduler_steps, "
                     "gamma_schedule, acceptance_sd, seed, replicas, prefill_instances, decode_instances, "
                     "slo_ttft_s, slo_tpot_s, slo_percentile.")
     p.add_argument("fields", nargs="+", metavar="KEY=VALUE")
@@ -32,6 +32,9 @@ def register(subparsers, common):
 def run(args):
     from costmodel.serving import api
     fields = parse_kv(args.fields)
+    if args.plot:                       # before the simulation: extension, folder
+        from costmodel.inputs.outputs import check_output_path
+        check_output_path(args.plot, (".png", ".svg", ".pdf"), field="--plot")
     if args.max_rate:
         out = api.max_rate(fields)
         if args.plot and out.get("at_max"):

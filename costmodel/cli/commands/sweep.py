@@ -87,8 +87,9 @@ class _Progress:
 def cmd_sweep(args):
     from costmodel.cli import format as fmt
     from costmodel.cli.main import parse_kv
-    from costmodel.analysis.sweep import grid_size, sweep
+    from costmodel.analysis.sweep import check_output, grid_size, sweep
 
+    check_output(args.output, args.engine)          # before any row is computed
     base, axes = split_words(parse_kv(args.fields))
     total = grid_size(**axes)
     show = not args.no_progress and sys.stderr.isatty()
@@ -104,7 +105,7 @@ def cmd_sweep(args):
         from costmodel.analysis.sweep import write_frame
         if show:
             print(f"writing {args.output} …", file=sys.stderr, flush=True)
-        write_frame(res, args.output)
+        write_frame(res, args.output)       # a temporary file renamed onto FILE when complete
     if args.output:
         ncols = "" if isinstance(res, str) else f" × {len(res.columns)} columns"
         print(f"wrote {total:,} rows{ncols} to {args.output}")
@@ -113,7 +114,8 @@ def cmd_sweep(args):
     if args.format == "json":
         print(fmt.dumps_json({"axes": list(axes), "n_rows": len(df), "rows": df.to_dict(orient="records")}))
     elif args.format == "csv":
-        df.to_csv(sys.stdout, index=False)
+        from costmodel.inputs.outputs import spreadsheet_safe
+        spreadsheet_safe(df).to_csv(sys.stdout, index=False)
     else:
         shown = {c[0] for c in fmt.TABLE_COLUMNS}
         cols = [(a, a, None, "{}") for a in axes if a not in shown] + list(fmt.TABLE_COLUMNS)

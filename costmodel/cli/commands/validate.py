@@ -1,9 +1,10 @@
 """``costmodel validate [CSV ...] [--fit] [--report]``: predictions against published measurements.
 
 Without flags: every row predicted with the current runtime profiles (for the project's own data
-these were fitted on the same rows, so the errors are *in sample*). ``--report``: held-out errors
-(leave-one-publication-out refits, see :mod:`costmodel.calibration.calibrate`), written to REPORT.md, a log-log PNG
-and error_band.yaml. ``--fit``: the same held-out run, plus the all-rows fit written into
+these were fitted on the same rows, so the errors are *in sample*); the table output leads with the
+held-out figures recorded by the last ``--report`` (``validation/error_band.yaml``). ``--report``: held-out
+errors (leave-one-publication-out refits, see :mod:`costmodel.calibration.calibrate`), written to REPORT.md,
+a log-log PNG and error_band.yaml. ``--fit``: the same held-out run, plus the all-rows fit written into
 ``runtimes/*.yaml`` (with provenance) and ``calibration.yaml``.
 """
 
@@ -48,9 +49,12 @@ def run(args):
     written = []
     if args.fit or args.report:
         from costmodel.calibration import calibrate, report
-        if (args.fit or args.report) and not out_dir.is_dir():
-            from costmodel.errors import InputError
-            raise InputError("output folder not found", source=str(out_dir), field="--output-dir")
+        from costmodel.errors import InputError
+        from costmodel.inputs.outputs import check_output_path
+        if not out_dir.is_dir():
+            raise InputError("output folder not found", source=str(out_dir)[:300], field="--output-dir")
+        for name in ("REPORT.md", "calibration.yaml"):      # every file is checked before the fit runs
+            check_output_path(out_dir / name, None, field="--output-dir")
         by = "publication" if args.by == "source" else args.by
         loso = calibrate.leave_one_source_out(ms, by=by)
         rows = loso["rows"]
@@ -78,16 +82,62 @@ def run(args):
                                                     "strategy", "hardware", "runtime", "model", "source_group")}
                             for r in result["rows"]]), end="")
         return
-    print(render_table(result, show_rows=args.rows))
+    n = result["summary"]["n"]
+    if args.fit or args.report:
+        unit = "table" if by == "group" else "publication"
+        lead = [f"costmodel validate: held-out errors of {n} numeric rows (leave-one-{unit}-out: each {unit}'s "
+                f"rows predicted with runtime parameters fitted on the other rows)"]
+    elif args.csv:
+        lead = [f"costmodel validate: {n} numeric rows, predicted with the current runtime profiles (fitted on "
+                "the project's validation data, not on these rows)"]
+    else:
+        lead = held_out_lines(VALIDATION_DIR / "error_band.yaml", n)
+    print(render_table(result, show_rows=args.rows, lead=lead))
     for w in written:
         print(f"wrote {w}")
 
 
-def render_table(result: dict, show_rows: bool = False) -> str:
+def held_out_lines(band_path: Path, n: int) -> list:
+    """The lead of plain ``costmodel validate`` on the project's data: the held-out figures recorded by
+    the last ``--report`` (error_band.yaml), then what the table below shows (in-sample errors)."""
+    from costmodel.errors import InputError
+    from costmodel.inputs.specs import load_yaml
+    try:
+        band = load_yaml(band_path)
+        o = band["overall"]
+        how = str(band.get("source", "")).split(" held-out")[0] or "held out"
+        first = (f"costmodel validate: held-out error median {100 * o['median_abs_rel_error']:.1f}%, p90 "
+                 f"{100 * o['p90_abs_rel_error']:.1f}%"
+                 + (f", {100 * o['within_25pct']:.1f}% of rows within 25%" if "within_25pct" in o else "")
+                 + f" ({o['n']} rows, {how}, recorded by the last 'costmodel validate --report' "
+                   f"in {band_path.name})")
+    except (InputError, KeyError, TypeError):
+        first = "costmodel validate: held-out error not recorded yet (run 'costmodel validate --report')"
+    return [first, f"table below: in-sample errors of {n} numeric rows (runtime parameters fitted on these same "
+                   "rows, so they flatter the model: quote the held-out figures; '--report' recomputes them)"]
+
+
+def categorical_line(result: dict) -> str:
+    """What the categorical rows are and how many agree, naming the ones that do not."""
+    cat = [r for r in result["rows"] if r["rel_error"] is None]
+    if not cat:
+        return ""
+    agree = sum(bool(r.get("agree")) for r in cat)
+    off = [f"{r['id']}: predicted {'fits' if r['predicted'] else 'does not fit'}, measured "
+           f"{'fits' if r['measured'] else 'out of memory'}" for r in cat if not r.get("agree")]
+    return (f"{len(cat)} categorical row{'s' if len(cat) != 1 else ''} (a yes/no outcome such as 'fits': does "
+            f"it fit in memory?) compared for agreement, outside the error statistics: {agree} of "
+            f"{len(cat)} agree" + (f" ({'; '.join(off)})" if off else ""))
+
+
+def render_table(result: dict, show_rows: bool = False, lead=()) -> str:
+    """The summary table, led by ``lead`` (which errors these are) and the categorical rows' line."""
     from costmodel.cli import format as fmt
     s = result["summary"]
-    out = [f"costmodel validate: {s['n']} numeric rows, {s['categorical']['n']} categorical "
-           f"({s['categorical']['agree']} agree); errors: {s.get('mode', '')}"]
+    out = list(lead) or [f"costmodel validate: {s['n']} numeric rows"]
+    cat = categorical_line(result)
+    if cat:
+        out.append(cat)
 
     def pct(x):
         return "-" if x is None else f"{100 * x:.1f}%"

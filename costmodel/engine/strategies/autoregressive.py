@@ -32,7 +32,7 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     decode = ar_decode_pass(ctx, B, P)
     step = with_step_overhead(decode, ex)
     target = memory.target_breakdown(ex, B * (P + ctx.G), [memory.prefill_footprint(ex, B, P),
-                                                           (B, B, B * (L + 1))])
+                                                           (B, B, B * (L + 1))], seqs=B)
     prefill = prefill_cost(ctx, B, P)
     return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B,
                    prefill=prefill, memory=memory.footprint(ex, target),

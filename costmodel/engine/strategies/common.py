@@ -65,7 +65,7 @@ def decode_shape(B, q, L, extra_ops=None) -> PassShape:
     """B sequences × q causal new tokens over L cached tokens; KV read once per sequence."""
     B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
     return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * L,
-                     lm_tokens=B * q, extra_ops=extra_ops or [])
+                     lm_tokens=B * q, extra_ops=extra_ops or [], seqs=B)
 
 
 def prefill_shape(B, P) -> PassShape:
@@ -73,13 +73,32 @@ def prefill_shape(B, P) -> PassShape:
     B = np.asarray(B, dtype=float)
     P = np.maximum(np.asarray(P, dtype=float), 1.0)
     tokens = B * P
-    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B)
+    return PassShape(tokens=tokens, pairs=B * (P * (P + 1) / 2.0), kv_hbm_tokens=tokens, lm_tokens=B, seqs=B)
 
 
-def with_step_overhead(cost: Cost, ex: Exec, speculative: bool = False) -> Cost:
+def spec_method(draft_model: str | None) -> str:
+    """The speculation method whose per-step host work a runtime prices: the draft kind (medusa, eagle,
+    none, self), or ``model`` for a separate draft model."""
+    return draft_model if draft_model in ("medusa", "eagle", "none", "self") else "model"
+
+
+def spec_step_host_s(ex: Exec, method: str):
+    """Host seconds per speculative or tree step beyond its forward passes:
+
+        ops · host_per_kernel_s + syncs · (kernel_launch_s + host-link latency) + spec_step_overhead_s
+
+    ops and syncs being the runtime's counts for ``method`` (candidate construction, acceptance with
+    its device-to-host syncs, KV compaction). A sync makes the host wait for the device, so this work
+    does not overlap the passes: it adds to the step."""
+    rt, hw = ex.rt, ex.hw
+    sync_s = hw.kernel_launch_s + hw.host.latency_s
+    return rt.spec_host_ops(method) * rt.host_per_kernel_s + rt.spec_syncs(method) * sync_s + rt.spec_step_overhead_s
+
+
+def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None) -> Cost:
     """``cost`` plus the runtime's per-step host work: ``step_overhead_s`` for every step, and for a
-    speculative or tree step also ``spec_step_overhead_s`` (candidates, acceptance, KV compaction)."""
-    seconds = ex.rt.step_overhead_s + ex.rt.spec_step_overhead_s if speculative else ex.rt.step_overhead_s
+    speculative or tree step of ``method`` also :func:`spec_step_host_s`."""
+    seconds = ex.rt.step_overhead_s if method is None else ex.rt.step_overhead_s + spec_step_host_s(ex, method)
     return cost + overhead_cost(np.broadcast_to(seconds, np.shape(cost.time_s)),
                                 np.shape(cost.time_s))
 
@@ -95,7 +114,7 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
         return with_step_overhead(pass_cost(shape, ctx.ex), ctx.ex)
     n = np.ceil(shape.tokens / chunk)
     per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
-                    lm_tokens=shape.lm_tokens / n)
+                    lm_tokens=shape.lm_tokens / n, seqs=shape.seqs)
     return with_step_overhead(pass_cost(per, ctx.ex).scale(n), ctx.ex)
 
 

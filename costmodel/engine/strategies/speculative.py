@@ -22,7 +22,7 @@ from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, prefill_shape, \
-    with_step_overhead
+    with_step_overhead, spec_method
 
 
 def tokens_per_step(ctx: Ctx, gamma) -> np.ndarray:
@@ -127,7 +127,7 @@ def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
     if draft is None:
         return memory.draft_breakdown()
     own = 0.0 if ctx.rec.draft_model == "self" else memory.weights_device_bytes(draft)
-    return memory.draft_breakdown(own, draft, kv_tokens)
+    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B)
 
 
 def speculative(ctx: Ctx, draft) -> Outcome:
@@ -142,12 +142,12 @@ def speculative(ctx: Ctx, draft) -> Outcome:
         Bh = np.maximum(np.ceil(B / 2.0), 1.0)
         halves = (draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L, B=Bh),
                   pass_cost(decode_shape(Bh, g + 1.0, L), ex), link_transfer(ctx, g, B=Bh))
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, speculative=True)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, spec_method(ctx.rec.draft_model))
     tps = tokens_per_step(ctx, g)
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)
     target = memory.target_breakdown(ex, kv_tokens, [memory.prefill_footprint(ex, B, ctx.P),
-                                                     (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))])
+                                                     (B * (g + 1), B * (g + 1), B * (g + 1) * (L + g + 1))], seqs=B)
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     own = separate(ctx)
     fp = memory.footprint(ex, target, draft_memory(ctx, draft, d_kv_tokens), separate=own,

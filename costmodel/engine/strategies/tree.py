@@ -28,7 +28,7 @@ from costmodel.engine.ops import Exec, Op, PassShape
 from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
-from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead
+from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead, spec_method
 from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
 
@@ -141,9 +141,9 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
         for d, n_d in enumerate(tr.level_sizes, start=1):
             shape = PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
             dcost = dcost + pass_cost(shape, d_ex)
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, speculative=True)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, spec_method(ctx.rec.draft_model))
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
-                                                          (vs.tokens, vs.lm_tokens, vs.pairs)])
+                                                          (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
     fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
                           separate=separate(ctx))

@@ -1,0 +1,218 @@
+"""Rules that tie record fields together, each written once.
+
+Single fields (type, choices, range) are described in :mod:`costmodel.inputs.fields`; this module
+holds what involves several fields:
+
+* devices: ``tensor_parallel × pipeline_parallel = n_devices`` and ``pipeline_parallel | n_devices``;
+* ``shared_prefix_len <= prompt_len``;
+* acceptance: speculative and tree strategies need α, τ (or rank acceptances) and a draft; a chain's
+  τ lies in [1, γ + 1], a tree's in [1, depth + 1]; α and τ given together must agree within
+  :data:`TAU_TOLERANCE` (5 %) of τ, where α implies τ = (1 − α^(γ+1)) / (1 − α) for a chain and
+  τ = 1 + Σ_nodes Π_path p_rank for a tree;
+* tree shape: one of ``tree_width`` + ``tree_depth`` (full tree), ``tree_nodes`` [+ ``tree_depth`` as a
+  bound] (optimal tree) or ``tree_parents`` (explicit), consistent with ``tree_shape``.
+
+The numeric rules are functions of numbers *or numpy arrays* that return True where the rule is
+broken: :func:`check` applies them to one record (``parse_record``) and :func:`grid_violations` to a
+sweep's arrays, and the sweep re-parses the first offending row so that its message is
+:func:`check`'s own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.errors import InputError
+from costmodel.inputs.fields import DRAFT_KINDS, MAX_RANKS  # noqa: F401  (MAX_RANKS: re-exported)
+
+#: α and τ given together may differ by this fraction of τ
+TAU_TOLERANCE = 0.05
+#: tree_shape=optimal_for_hardware searches every size up to tree_nodes: at most this many
+MAX_HW_SEARCH_NODES = 256
+SHAPES = "tree_width and tree_depth (full tree), tree_nodes [+ tree_depth as a bound] (optimal tree), " \
+         "or tree_parents (explicit parent list)"
+
+
+# ------------------------------------------------------------------ numeric rules (scalars or arrays)
+
+def devices_disagree(tensor_parallel, pipeline_parallel, n_devices):
+    """tensor_parallel × pipeline_parallel ≠ n_devices."""
+    return tensor_parallel * pipeline_parallel != n_devices
+
+
+def stages_do_not_divide(n_devices, pipeline_parallel):
+    """pipeline_parallel does not divide n_devices."""
+    return n_devices % pipeline_parallel != 0
+
+
+def prefix_exceeds_prompt(shared_prefix_len, prompt_len):
+    """shared_prefix_len > prompt_len."""
+    return shared_prefix_len > prompt_len
+
+
+def tau_exceeds_chain(mean_accepted_tokens, gamma):
+    """τ > γ + 1: a chain of γ drafts gains at most γ accepted tokens plus the bonus token."""
+    return mean_accepted_tokens > gamma + 1.0
+
+
+def taus_disagree(implied_tau, tau):
+    """|τ_implied − τ| > 5 % of τ: two acceptance figures that do not describe the same draft."""
+    return np.abs(implied_tau - tau) > TAU_TOLERANCE * tau
+
+
+def chain_taus_disagree(acceptance_rate, mean_accepted_tokens, gamma):
+    """α and τ disagree for a chain: τ(α, γ) = (1 − α^(γ+1)) / (1 − α) (Leviathan) is more than 5 %
+    away from the given τ."""
+    from costmodel.engine.acceptance import chain_tokens_per_step
+    return taus_disagree(chain_tokens_per_step(acceptance_rate, gamma), mean_accepted_tokens)
+
+
+#: (fields read, strategies it applies to (None: all), the test) for the numeric rules a sweep can
+#: vary; the devices rules read fields a sweep does not vectorise
+NUMERIC_RULES = (
+    (("shared_prefix_len", "prompt_len"), None, prefix_exceeds_prompt),
+    (("mean_accepted_tokens", "gamma"), ("speculative",), tau_exceeds_chain),
+    (("acceptance_rate", "mean_accepted_tokens", "gamma"), ("speculative",), chain_taus_disagree),
+)
+
+
+def grid_violations(rec, arrays: dict):
+    """True where a grid row breaks a numeric rule: ``rec`` supplies the fixed fields, ``arrays`` the
+    varying ones (numpy arrays that broadcast together). Only rules that read a varying field are
+    evaluated (``rec`` itself was checked by ``parse_record``). None when no rule applies."""
+    bad = None
+    for names, strategies, broken in NUMERIC_RULES:
+        if strategies is not None and rec.strategy not in strategies:
+            continue
+        if not set(names) & arrays.keys():
+            continue
+        vals = [arrays[n] if n in arrays else getattr(rec, n) for n in names]
+        if any(v is None for v in vals):
+            continue
+        b = broken(*vals)
+        bad = b if bad is None else (bad | b)
+    return bad
+
+
+# ------------------------------------------------------------------ one record
+
+def check(r, src: str) -> None:
+    """Raise InputError (naming the field and what is allowed) for the first broken rule of record ``r``."""
+    a, tau = r.acceptance_rate, r.mean_accepted_tokens
+    tp, pp = r.tensor_parallel, r.pipeline_parallel
+    if tp is not None and devices_disagree(tp, pp, r.n_devices):
+        raise InputError(f"tensor_parallel {tp} × pipeline_parallel {pp} = {tp * pp} devices, but n_devices is "
+                         f"{r.n_devices}", source=src, field="tensor_parallel",
+                         allowed=f"n_devices = tensor_parallel × pipeline_parallel (e.g. n_devices={tp * pp})")
+    if stages_do_not_divide(r.n_devices, pp):
+        raise InputError(f"pipeline_parallel ({pp}) must divide n_devices ({r.n_devices})",
+                         source=src, field="pipeline_parallel", value=pp)
+    if prefix_exceeds_prompt(r.shared_prefix_len, r.prompt_len):
+        raise InputError(f"shared_prefix_len ({r.shared_prefix_len}) exceeds prompt_len ({r.prompt_len})",
+                         source=src, field="shared_prefix_len",
+                         allowed=f"0..prompt_len = 0..{r.prompt_len} (0: the whole prompt is shared)")
+    if r.strategy in ("speculative", "tree"):
+        if a is None and tau is None and r.rank_acceptance is None:
+            raise InputError(f"strategy '{r.strategy}' needs an acceptance figure", source=src,
+                             field="acceptance_rate",
+                             allowed="acceptance_rate (α), mean_accepted_tokens (τ)"
+                                     + (", or rank_acceptance" if r.strategy == "tree" else ""))
+        if r.draft_model is None:
+            raise InputError(f"strategy '{r.strategy}' needs a draft_model", source=src, field="draft_model",
+                             allowed="a zoo id or path, or " + ", ".join(DRAFT_KINDS))
+    if r.strategy == "speculative":
+        if tau is not None and tau_exceeds_chain(tau, r.gamma):
+            raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
+                             allowed=f"1 <= τ <= gamma + 1 = {r.gamma + 1}")
+        if tau is not None and a is not None and chain_taus_disagree(a, tau, r.gamma):
+            from costmodel.engine.acceptance import chain_tokens_per_step
+            implied = float(chain_tokens_per_step(a, r.gamma))
+            raise InputError(f"acceptance_rate {a} implies τ = {implied:.3f} at gamma {r.gamma}, but "
+                             f"mean_accepted_tokens is {tau}", source=src, field="mean_accepted_tokens",
+                             allowed="give one of α and τ, or two that agree within 5%")
+        if r.draft_model in ("medusa", "eagle"):
+            raise InputError(f"draft_model '{r.draft_model}' proposes a tree", source=src, field="draft_model",
+                             allowed="use strategy=tree for medusa/eagle, or a draft model / none / self "
+                                     "for a chain")
+    if r.strategy == "tree":
+        check_tree(r, src)
+
+
+def _full_tree_nodes(width: int, depth: int, cap: int) -> int:
+    """Σ_{d=1..depth} width^d, stopping once it passes ``cap`` (width 64, depth 64 must not be built)."""
+    n, level = 0, 1
+    for _ in range(depth):
+        level *= width
+        n += level
+        if n > cap:
+            break
+    return n
+
+
+def check_tree(r, src: str) -> None:
+    """A tree's shape is given one way and is consistent; τ fits it; α or ranks and τ agree."""
+    from costmodel.engine.acceptance import default_rank_acceptance
+    from costmodel.engine.tree import MAX_TREE_NODES, full_tree, optimal_tree, validate_parents
+
+    w, d, n, parents = r.tree_width, r.tree_depth, r.tree_nodes, r.tree_parents
+    if w is None and d is None and n is None and parents is None:
+        raise InputError("a tree needs a shape", source=src, field="tree_nodes", allowed=SHAPES)
+    if parents is not None and (w is not None or d is not None or n is not None):
+        other = next(k for k, v in (("tree_width", w), ("tree_depth", d), ("tree_nodes", n)) if v is not None)
+        raise InputError(f"tree_parents fixes the whole tree; {other} would be ignored", source=src,
+                         field=other, allowed="give either tree_parents alone, or " + SHAPES.split(", or")[0])
+    if w is not None and n is not None:
+        raise InputError("tree_width (full tree) and tree_nodes (optimal tree for a node budget) describe "
+                         "different trees", source=src, field="tree_width", allowed=SHAPES)
+    if w is not None and d is None:
+        raise InputError("a full tree needs both tree_width and tree_depth", source=src, field="tree_depth",
+                         allowed=SHAPES)
+    if d is not None and w is None and n is None:
+        raise InputError("tree_depth alone is not a shape", source=src, field="tree_nodes", allowed=SHAPES)
+    shape = r.tree_shape
+    need = {"full": ("tree_width", w), "explicit": ("tree_parents", parents), "optimal": ("tree_nodes", n),
+            "optimal_for_hardware": ("tree_nodes", n)}.get(shape)
+    if need is not None and need[1] is None:
+        raise InputError(f"tree_shape={shape} needs {need[0]}", source=src, field=need[0], allowed=SHAPES)
+    if shape == "chain" and (w not in (None, 1)):
+        raise InputError("tree_shape=chain has width 1", source=src, field="tree_width", value=w)
+    if shape == "optimal_for_hardware" and n > MAX_HW_SEARCH_NODES:
+        raise InputError(f"out of range: {n}", source=src, field="tree_nodes",
+                         allowed=f"at most {MAX_HW_SEARCH_NODES} nodes for tree_shape=optimal_for_hardware "
+                                 "(it searches every size up to tree_nodes)")
+    tree = None
+    if parents is not None:
+        try:
+            tree = validate_parents(parents)
+        except InputError as exc:
+            raise InputError(str(exc).split(": ", 1)[-1], source=src, field="tree_parents") from None
+        depth = tree.depth
+    elif w is not None:
+        nodes = _full_tree_nodes(w, d, MAX_TREE_NODES)
+        if nodes > MAX_TREE_NODES:
+            raise InputError(f"a {w}-ary tree of depth {d} has more than {MAX_TREE_NODES} nodes", source=src,
+                             field="tree_width", allowed=f"at most {MAX_TREE_NODES} nodes in all")
+        depth = d
+    else:
+        depth = n if d is None else min(n, d)
+    tau = r.mean_accepted_tokens
+    if tau is not None and shape == "optimal_for_hardware":
+        # the search compares tree sizes: a fixed τ would make the smallest tree always win
+        raise InputError("tree_shape=optimal_for_hardware compares tree sizes by their expected tokens, which "
+                         "a single mean_accepted_tokens cannot give", source=src, field="mean_accepted_tokens",
+                         allowed="acceptance_rate (α) or rank_acceptance instead of τ")
+    if tau is not None and not 1.0 <= tau <= depth + 1:
+        raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
+                         allowed=f"1 <= τ <= tree depth + 1 = {depth + 1}")
+    ranks = r.rank_acceptance or (default_rank_acceptance(r.acceptance_rate) if r.acceptance_rate is not None
+                                  else None)
+    if tau is None or ranks is None:
+        return
+    given = "rank_acceptance" if r.rank_acceptance else "acceptance_rate"
+    if tree is None:
+        tree = full_tree(w, d) if w is not None else optimal_tree(int(n), tuple(ranks), d)
+    implied = tree.expected_tokens(ranks)
+    if taus_disagree(implied, tau):
+        raise InputError(f"{given} implies τ = {implied:.3f} for this tree, but mean_accepted_tokens is {tau}",
+                         source=src, field="mean_accepted_tokens",
+                         allowed=f"give one of {given} and τ, or two that agree within 5%")
