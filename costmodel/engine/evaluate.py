@@ -49,7 +49,7 @@ def build_exec(rec: Record) -> Exec:
     kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
-    if model.n_heads % tp:
+    if np.any(model.n_heads % tp):
         raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
                          field="tensor_parallel", value=tp,
                          allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))
@@ -58,6 +58,15 @@ def build_exec(rec: Record) -> Exec:
                          field="pipeline_parallel", value=pp)
     return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
                 allreduce_algorithm=rec.allreduce_algorithm)
+
+
+def hardware_signature(rec: Record, hw) -> tuple:
+    """What the engine decides on (rather than computes with) about ``hw`` for ``rec`` beyond what a
+    :class:`~costmodel.inputs.hardware.HardwareStack` decides device by device (the links,
+    ``costmodel.engine.parallel``): for fp8 and fp4 weights the device itself (whether it has fp8
+    or fp4 units decides the compute dtype, and the note names it). Devices with one signature can
+    be priced together as a stack."""
+    return (hw.id if rec.weight_dtype == "fp8" or rec.weight_dtype in dtypes.FP4_BLOCK_FORMATS else None,)
 
 
 def build_draft(rec: Record, ex: Exec):
@@ -270,6 +279,23 @@ def _scalar(v):
     return x
 
 
+def record_head(rec: Record) -> dict:
+    """The outputs that name the configuration, first in :func:`evaluate`'s dict."""
+    return {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+
+
+def record_tail(rec: Record, extras: dict) -> dict:
+    """The record-level outputs after the arrays in :func:`evaluate`'s dict: ``n_devices``, ``notes``,
+    ``n_devices_total`` (a draft on its own device), ``tree_parents`` (from the strategy's extras)."""
+    out = {"n_devices": rec.n_devices, "notes": assumption_notes(rec, _execs(rec)[0])}
+    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
+            rec.draft_model not in ("none", "medusa", "self"):
+        out["n_devices_total"] = rec.n_devices + 1
+    if "tree_parents" in extras:
+        out["tree_parents"] = extras["tree_parents"]
+    return out
+
+
 def evaluate(record, *, details: bool = False) -> dict:
     """Evaluate one record (mapping, ``KEY=VALUE`` dict or :class:`Record`) -> output dict.
 
@@ -281,15 +307,9 @@ def evaluate(record, *, details: bool = False) -> dict:
     res = evaluate_arrays(rec)
     extras = res.pop("_extras")
     ops = res.pop("_step_ops")
-    out = {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+    out = record_head(rec)
     out.update({k: _scalar(v) for k, v in res.items()})
-    out["n_devices"] = rec.n_devices
-    out["notes"] = assumption_notes(rec, _execs(rec)[0])
-    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
-            rec.draft_model not in ("none", "medusa", "self"):
-        out["n_devices_total"] = rec.n_devices + 1
-    if "tree_parents" in extras:
-        out["tree_parents"] = extras["tree_parents"]
+    out.update(record_tail(rec, extras))
     if details:
         out["operators"] = [{"name": n, "flops": _scalar(f), "hbm_bytes": _scalar(h), "time_s": _scalar(t),
                              "bound": _scalar(b)} for n, f, h, t, b in ops]

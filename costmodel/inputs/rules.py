@@ -76,11 +76,10 @@ NUMERIC_RULES = (
 )
 
 
-def grid_violations(rec, arrays: dict):
-    """True where a grid row breaks a numeric rule: ``rec`` supplies the fixed fields, ``arrays`` the
-    varying ones (numpy arrays that broadcast together). Only rules that read a varying field are
-    evaluated (``rec`` itself was checked by ``parse_record``). None when no rule applies."""
-    bad = None
+def grid_rule_violations(rec, arrays: dict):
+    """(rule, True where a grid row breaks it) for each numeric rule that reads a varying field:
+    ``rec`` supplies the fixed fields, ``arrays`` the varying ones (numpy arrays that broadcast
+    together; ``rec`` itself was checked by ``parse_record``)."""
     for names, strategies, broken in NUMERIC_RULES:
         if strategies is not None and rec.strategy not in strategies:
             continue
@@ -89,7 +88,14 @@ def grid_violations(rec, arrays: dict):
         vals = [arrays[n] if n in arrays else getattr(rec, n) for n in names]
         if any(v is None for v in vals):
             continue
-        b = broken(*vals)
+        yield broken, broken(*vals)
+
+
+def grid_violations(rec, arrays: dict):
+    """True where a grid row breaks a numeric rule (:func:`grid_rule_violations`); None when no rule
+    applies."""
+    bad = None
+    for _rule, b in grid_rule_violations(rec, arrays):
         bad = b if bad is None else (bad | b)
     return bad
 
