@@ -122,7 +122,10 @@ def resolve_draft(ctx: Ctx, draft):
     kind = ctx.rec.draft_model
     if kind == "eagle":
         return dataclasses.replace(ctx.ex, model=eagle_head(ctx.ex.model)), "eagle"
-    if kind in ("medusa", "none"):
+    if kind == "eagle3":
+        from costmodel.engine.strategies.heads import head_exec
+        return head_exec(ctx.ex, kind, ctx.rec.draft_vocab_size), "eagle3"
+    if kind in ("medusa", "none", "suffix"):
         return None, kind
     if kind == "self":
         return ctx.ex, "self"
@@ -139,14 +142,19 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
     if d_ex is not None:
         Ld = L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
         for d, n_d in enumerate(tr.level_sizes, start=1):
-            shape = PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
+            extra_ops = []
+            if kind == "eagle3":      # the fc over the features of the first level's input tokens
+                from costmodel.engine.strategies.heads import eagle3_ops
+                extra_ops = eagle3_ops(d_ex, B * n_d, B * n_d if d == 1 else 0.0)
+            shape = PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d,
+                              extra_ops=extra_ops)
             dcost = dcost + pass_cost(shape, d_ex)
     step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, spec_method(ctx.rec.draft_model))
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
                                                           (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
     fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
-                          separate=separate(ctx))
+                          separate=separate(ctx), draft_devices=d_ex.tp if kind in ("eagle3", "model") else 1)
     target_prefill = prefill_cost(ctx)
     d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
     return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
@@ -165,6 +173,10 @@ def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree) -> dict:
         return memory.draft_breakdown(medusa_params(ctx.ex.model, max(tr.depth, 1)) * ctx.ex.w_bytes / ctx.ex.tp)
     if kind == "eagle":
         return memory.draft_breakdown(eagle_extra_params(ctx.ex.model) * ctx.ex.w_bytes, d_ex, ctx.B * ctx.L_peak)
+    if kind == "eagle3":
+        from costmodel.engine.strategies.heads import head_weights_bytes
+        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, ctx.rec.draft_vocab_size), d_ex,
+                                      ctx.B * ctx.L_peak)
     kv_context = ctx.L_peak if ctx.draft_kv_budget is None else np.minimum(ctx.L_peak, ctx.draft_kv_budget)
     return draft_memory(ctx, d_ex, ctx.B * kv_context)
 
