@@ -432,15 +432,9 @@ def mlc_rows():
 #: rows the model cannot express yet, with the reason: written to ``excluded_serving.csv`` instead of
 #: ``measurements_serving.csv`` (predicate on the row -> reason; the first that matches)
 EXCLUDE = [
-    (lambda r: r["strategy"] == "speculative" and r["draft_model"] == "eagle3",
-     "EAGLE-3 chain (vLLM num_speculative_tokens): the eagle3 draft (fused low/mid/high features) is not in the "
-     "model zoo yet"),
-    (lambda r: r["strategy"] == "speculative" and r["draft_model"] == "eagle",
-     "EAGLE-1 chain (vLLM num_speculative_tokens): strategy=speculative does not accept draft_model=eagle yet "
-     "(only as a tree)"),
     (lambda r: r["strategy"] == "tree" and not r["tree_nodes"] and not r["tree_parents"],
      "SGLang EAGLE tree: topk and num_draft_tokens are not stated, so the tree's node count is unknown (only the "
-     "depth and the acceptance length are); the draft_model eagle3 is not in the zoo either"),
+     "depth and the acceptance length are)"),
 ]
 
 
