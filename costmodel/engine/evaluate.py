@@ -99,9 +99,11 @@ def _execs(rec: Record):
 
 
 def check_context(rec: Record, model, arrays: dict | None = None) -> None:
-    """A context (prompt_len + gen_len, every element of a sweep) beyond the model's max_context is an
-    input error. Not yet called by ``evaluate``: existing suites evaluate Llama-2 / Vicuna at contexts
-    past their 4096 / 2048 (they need the long-context variants, e.g. llama-2-7b-32k, first)."""
+    """A context beyond the model's max_context is an input error: the longest context a sequence
+    reaches is prompt_len + gen_len (every element of a sweep; a shared-prefix branch's context is its
+    prompt, which holds the shared prefix, plus its own generated tokens: the same sum). Only the
+    target is checked: a draft shorter than the target is the runtime's business (vLLM stops
+    speculating past the draft's length)."""
     if model.max_context is None:
         return
     a = arrays or {}
@@ -109,7 +111,8 @@ def check_context(rec: Record, model, arrays: dict | None = None) -> None:
                    + np.asarray(a.get("gen_len", rec.gen_len), dtype=float))
     if total > model.max_context:
         raise InputError(f"prompt_len + gen_len = {total:.0f} exceeds {model.id}'s max_context {model.max_context}",
-                         field="prompt_len", allowed=f"prompt_len + gen_len <= {model.max_context}")
+                         field="prompt_len",
+                         allowed=f"prompt_len + gen_len <= max_context = {model.max_context}")
 
 
 def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
@@ -129,6 +132,7 @@ def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
 def _outcome(rec: Record, arrays: dict | None = None):
     """(Ctx, Outcome) of the record's strategy."""
     ex, draft = _execs(rec)
+    check_context(rec, ex.model, arrays)
     ctx = make_ctx(rec, ex, arrays)
     func = STRATEGY_FUNCS[rec.strategy]
     return ctx, (func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft))
