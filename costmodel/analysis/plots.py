@@ -254,7 +254,7 @@ def roofline_data(fields: dict) -> dict:
     rec = parse_record(fields, allow_meta=True)
     passes = evaluate_passes(rec)
     ex = passes["prefill"].ex
-    phases = [(phase, passes[key].cost, passes[key].ex.tp) for phase, key in ROOFLINE_PHASES
+    phases = [(phase, passes[key].cost, passes[key].ex.stage_devices) for phase, key in ROOFLINE_PHASES
               if key in passes and not (key == "decode" and rec.strategy == "autoregressive")]
     ops = []
     for phase, cost, tp in phases:

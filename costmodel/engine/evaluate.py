@@ -49,6 +49,18 @@ def build_exec(rec: Record) -> Exec:
     kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
+    ep = rec.expert_parallel or 1
+    dp = 1
+    if ep > 1:
+        if not model.n_moe_layers:
+            raise InputError(f"expert_parallel needs a mixture-of-experts model; {model.id} is dense",
+                             field="expert_parallel", value=ep, allowed="1 for a dense model")
+        if model.n_experts % ep:
+            raise InputError(f"expert_parallel {ep} does not divide the model's {model.n_experts} routed experts",
+                             field="expert_parallel", value=ep,
+                             allowed=", ".join(str(d) for d in range(1, model.n_experts + 1)
+                                               if model.n_experts % d == 0 and d <= 4096))
+        dp = ep // tp
     if model.n_heads % tp:
         raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
                          field="tensor_parallel", value=tp,
@@ -57,7 +69,7 @@ def build_exec(rec: Record) -> Exec:
         raise InputError(f"pipeline_parallel {pp} does not divide the model's {model.n_layers} layers",
                          field="pipeline_parallel", value=pp)
     return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
-                allreduce_algorithm=rec.allreduce_algorithm)
+                allreduce_algorithm=rec.allreduce_algorithm, ep=ep, dp=dp)
 
 
 def build_draft(rec: Record, ex: Exec):

@@ -4,6 +4,8 @@ Single fields (type, choices, range) are described in :mod:`costmodel.inputs.fie
 holds what involves several fields:
 
 * devices: ``tensor_parallel × pipeline_parallel = n_devices`` and ``pipeline_parallel | n_devices``;
+  with ``expert_parallel`` > 1 it is every device of a stage (``expert_parallel = n_devices /
+  pipeline_parallel``) and ``tensor_parallel`` divides it (the rest: attention data-parallel groups);
 * ``shared_prefix_len <= prompt_len``;
 * acceptance: speculative and tree strategies need α, τ (or rank acceptances) and a draft; a chain's
   τ lies in [1, γ + 1], a tree's in [1, depth + 1]; α and τ given together must agree within
@@ -100,7 +102,10 @@ def check(r, src: str) -> None:
     """Raise InputError (naming the field and what is allowed) for the first broken rule of record ``r``."""
     a, tau = r.acceptance_rate, r.mean_accepted_tokens
     tp, pp = r.tensor_parallel, r.pipeline_parallel
-    if tp is not None and devices_disagree(tp, pp, r.n_devices):
+    ep = r.expert_parallel or 1
+    if ep > 1:
+        check_expert_parallel(r, src)
+    elif tp is not None and devices_disagree(tp, pp, r.n_devices):
         raise InputError(f"tensor_parallel {tp} × pipeline_parallel {pp} = {tp * pp} devices, but n_devices is "
                          f"{r.n_devices}", source=src, field="tensor_parallel",
                          allowed=f"n_devices = tensor_parallel × pipeline_parallel (e.g. n_devices={tp * pp})")
@@ -136,6 +141,25 @@ def check(r, src: str) -> None:
                                      "for a chain")
     if r.strategy == "tree":
         check_tree(r, src)
+
+
+def check_expert_parallel(r, src: str) -> None:
+    """expert_parallel = n_devices / pipeline_parallel (every device of a stage holds experts) and
+    tensor_parallel divides it (attention: tp-way tensor parallel × ep/tp data-parallel groups)."""
+    ep, pp = r.expert_parallel, r.pipeline_parallel
+    if stages_do_not_divide(r.n_devices, pp):
+        raise InputError(f"pipeline_parallel ({pp}) must divide n_devices ({r.n_devices})",
+                         source=src, field="pipeline_parallel", value=pp)
+    stage = r.n_devices // pp
+    if ep != stage:
+        raise InputError(f"expert_parallel {ep} must span a pipeline stage's n_devices / pipeline_parallel = "
+                         f"{stage} devices", source=src, field="expert_parallel",
+                         allowed=f"1 or {stage} (or n_devices = {ep * pp} for expert_parallel {ep})")
+    tp = r.tensor_parallel
+    if tp is not None and ep % tp:
+        raise InputError(f"tensor_parallel {tp} must divide expert_parallel {ep} (attention runs as "
+                         f"{ep} / tensor_parallel data-parallel groups)", source=src, field="tensor_parallel",
+                         allowed=", ".join(str(d) for d in range(1, ep + 1) if ep % d == 0))
 
 
 def _full_tree_nodes(width: int, depth: int, cap: int) -> int:

@@ -63,7 +63,7 @@ def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
         return Cost.zero()
     B = ctx.B if B is None else B
     ex = ctx.ex
-    link = draft_link(ex.hw, ex.tp * ex.pp, ctx.rec.draft_placement)
+    link = draft_link(ex.hw, ex.stage_devices * ex.pp, ctx.rec.draft_placement)
     k = np.asarray(draft_tokens_per_seq, dtype=float)
     out = transfer_time_s(B * k * 4.0, link)
     back_bytes = B * (k + 1.0) * 4.0
