@@ -79,6 +79,14 @@ def build_draft(rec: Record, ex: Exec):
         return None
     if dm == "self":
         return ex
+    if dm == "mtp":
+        if not ex.model.mtp_layers:
+            raise InputError(f"{ex.model.id} ships no multi-token-prediction module", field="draft_model",
+                             value=dm, allowed="a model with mtp_layers >= 1 (e.g. deepseek-v3), or another draft")
+        # the module runs on the target's devices, laid out like the target's layers (last stage)
+        return Exec(model=ex.model.mtp_module(), hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype,
+                    kv_dtype=ex.kv_dtype, tp=ex.tp, pp=1, allreduce_algorithm=ex.allreduce_algorithm,
+                    ep=ex.ep, dp=ex.dp)
     model = load_model(dm, field="draft_model")
     if model.vocab_size != ex.model.vocab_size:
         raise InputError(f"the draft's vocabulary ({model.vocab_size} tokens) differs from the target's "

@@ -111,6 +111,18 @@ def active_weights_bytes_device(ex: Exec) -> float:
     return ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
 
 
+def mtp_weights_device_bytes(mtp_ex: Exec) -> float:
+    """The MTP module's own weights on one device: its one-layer model's weights
+    (:func:`weights_device_bytes` of ``mtp_ex``, whose model is ``Model.mtp_module()``) less the
+    embedding, LM head and final norm it shares with the target, plus the 2d×d projection and its
+    two norms (2d·d·w_bytes + 2·d·act_bytes) split over tp."""
+    m = mtp_ex.model
+    shared = (m.embedding_params * mtp_ex.embedding_w_bytes + m.d_model * mtp_ex.act_bytes
+              + (0.0 if m.tied_embeddings else m.lm_head_params * mtp_ex.lm_head_w_bytes))
+    own = 2.0 * m.d_model * m.d_model * mtp_ex.w_bytes_for(2 * m.d_model) + 2.0 * m.d_model * mtp_ex.act_bytes
+    return weights_device_bytes(mtp_ex) - shared / mtp_ex.tp + own / mtp_ex.tp
+
+
 # --------------------------------------------------------------------------- KV cache
 def kv_bytes_per_token_device(ex: Exec) -> float:
     """K and V of one token on one device: the layers of its pipeline stage (layers/pp), its KV heads

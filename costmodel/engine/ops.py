@@ -351,6 +351,16 @@ def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
     return ops
 
 
+def mtp_projection_op(ex: Exec, tokens) -> Op:
+    """An MTP pass's projection of [normed embedding; normed hidden state] (2d → d) to the module's
+    layer input: a GEMM of 2·d·d/tp parameters over the device's tokens (tokens/dp with attention
+    data parallelism), once per pass."""
+    d = ex.model.d_model
+    op = gemm("mtp_projection", 2.0 * d * d / ex.tp, np.asarray(tokens, dtype=float) / ex.dp, 2 * d, d, ex, count=1)
+    op.group = "pass"
+    return op
+
+
 def local_shape(shape: PassShape, dp: int) -> PassShape:
     """One attention data-parallel group's share of a pass: every batch quantity / dp (the batch's
     sequences spread evenly over the dp groups; a fraction of a sequence is a mean over groups)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 REQUIRED = object()
 
 STRATEGIES = ("autoregressive", "speculative", "tree", "shared_prefix")
-DRAFT_KINDS = ("none", "medusa", "eagle", "self")
+DRAFT_KINDS = ("none", "medusa", "eagle", "self", "mtp")
 KERNELS = ("prefix_aware", "per_branch", "dense_masked")
 PLACEMENTS = ("same_device", "separate_device", "separate_node")
 SCHEDULES = ("serial", "overlap")
@@ -161,7 +161,8 @@ FIELDS: tuple[FieldSpec, ...] = (
        aliases=(("ar", "autoregressive"), ("spec", "speculative"), ("shared", "shared_prefix"))),
     _f("draft_model", "text", None, "",
        "the draft: a model id or path, or none (n-gram / prompt lookup), self (the target with "
-       "draft_kv_budget), medusa (heads), eagle (one-layer head)", keywords=DRAFT_KINDS,
+       "draft_kv_budget), medusa (heads), eagle (one-layer head), mtp (the target's own multi-token-prediction "
+       "module, DeepSeek-V3)", keywords=DRAFT_KINDS,
        allowed_text="a zoo id or path, or " + ", ".join(DRAFT_KINDS)),
     _f("draft_kv_budget", "int", None, "tokens", "tokens of KV the draft keeps (self-draft, MagicDec)",
        minimum=1, default_text="full context"),

@@ -135,11 +135,18 @@ def check(r, src: str) -> None:
             raise InputError(f"acceptance_rate {a} implies τ = {implied:.3f} at gamma {r.gamma}, but "
                              f"mean_accepted_tokens is {tau}", source=src, field="mean_accepted_tokens",
                              allowed="give one of α and τ, or two that agree within 5%")
+        if r.draft_model == "mtp" and r.draft_placement != "same_device":
+            raise InputError("the MTP module is part of the target and runs on its devices", source=src,
+                             field="draft_placement", allowed="same_device for draft_model=mtp")
         if r.draft_model in ("medusa", "eagle"):
             raise InputError(f"draft_model '{r.draft_model}' proposes a tree", source=src, field="draft_model",
                              allowed="use strategy=tree for medusa/eagle, or a draft model / none / self "
                                      "for a chain")
     if r.strategy == "tree":
+        if r.draft_model == "mtp":
+            raise InputError("draft_model 'mtp' drafts a chain (one token per MTP pass)", source=src,
+                             field="draft_model", allowed="strategy=speculative for mtp; eagle, medusa, a draft "
+                             "model, none or self for a tree")
         check_tree(r, src)
 
 

@@ -143,8 +143,9 @@ class StepCosts:
         return g
 
     def kv_bytes_per_token(self) -> float:
-        """KV bytes per token on the most loaded device (target shard + a same-device draft)."""
-        b = memory.kv_bytes_per_token_device(self.ex)
+        """KV bytes per token on the most loaded device (target shard + a same-device draft); with
+        attention data parallelism (expert_parallel) each of the dp groups keeps 1/dp of the tokens."""
+        b = memory.kv_bytes_per_token_device(self.ex) / self.ex.dp
         if self.draft_ex is not None and not separate_draft(self.rec):
             b += memory.kv_bytes_per_token_device(self.draft_ex)
         return float(b)

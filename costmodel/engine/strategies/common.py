@@ -78,7 +78,11 @@ def prefill_shape(B, P) -> PassShape:
 
 def spec_method(draft_model: str | None) -> str:
     """The speculation method whose per-step host work a runtime prices: the draft kind (medusa, eagle,
-    none, self), or ``model`` for a separate draft model."""
+    none, self), or ``model`` for a separate draft model. ``mtp`` runs through the runtimes' EAGLE
+    path (SGLang serves DeepSeek's MTP with ``--speculative-algorithm EAGLE``; vLLM's MTP proposer
+    is its EAGLE proposer), so it takes EAGLE's host work."""
+    if draft_model == "mtp":
+        return "eagle"
     return draft_model if draft_model in ("medusa", "eagle", "none", "self") else "model"
 
 

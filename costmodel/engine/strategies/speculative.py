@@ -9,7 +9,10 @@ where D = γ·T_draft, V = T_target and ½ marks a half batch.
 Tokens per step: Leviathan's (1 − α^(γ+1))/(1 − α), or τ as given; lock-step batches Σ α^(jB)
 (see :mod:`costmodel.engine.acceptance`). Draft kinds: a model (own weights and KV), ``self`` (the target
 with a KV budget: reads all weights but only ``draft_kv_budget`` tokens of KV, MagicDec), ``none``
-(n-gram / prompt lookup: no draft passes).
+(n-gram / prompt lookup: no draft passes), ``mtp`` (the target's multi-token-prediction module,
+DeepSeek-V3: each of the γ passes runs one decoder layer + the 2d×d projection + the shared LM head
+on the target's devices, its one layer of KV beside the target's; one module serves every
+position, as vLLM and SGLang reuse it for γ > num_nextn_predict_layers).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from costmodel.engine import acceptance
 from costmodel.engine import memory
+from costmodel.engine.ops import mtp_projection_op
 from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
 from costmodel.engine.pass_cost import pass_cost
@@ -46,7 +50,8 @@ def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
     if draft is None:
         return Cost.zero(np.shape(B * ctx.P * ctx.G * ctx.gamma))
     Ld = draft_context(ctx, L)
-    return pass_cost(decode_shape(B, q_per_pass, Ld), draft).scale(n_passes)
+    extra = [mtp_projection_op(draft, B * q_per_pass)] if ctx.rec.draft_model == "mtp" else None
+    return pass_cost(decode_shape(B, q_per_pass, Ld, extra), draft).scale(n_passes)
 
 
 def separate(ctx: Ctx) -> bool:
@@ -126,6 +131,8 @@ def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
     own weights), ``self`` (the target's weights, its own KV) or ``none`` (draft = None: nothing)."""
     if draft is None:
         return memory.draft_breakdown()
+    if ctx.rec.draft_model == "mtp":
+        return memory.draft_breakdown(memory.mtp_weights_device_bytes(draft), draft, kv_tokens, ctx.B)
     own = 0.0 if ctx.rec.draft_model == "self" else memory.weights_device_bytes(draft)
     return memory.draft_breakdown(own, draft, kv_tokens, ctx.B)
 
