@@ -69,3 +69,20 @@ def test_cli_exit_2_one_line(capsys):
 def test_serving_requests_beyond_max_context_are_refused():
     with pytest.raises(InputError, match=re.escape("prompt_len + gen_len = 4200 tokens, beyond llama-2-7b's max_context 4096")):
         costmodel.serve(dict(L2, runtime="vllm"), request_rate=1.0, num_requests=4, prompt_len=4000, gen_len=200)
+
+
+def test_a_sweep_marks_rows_beyond_max_context_with_on_invalid_mark():
+    # 3968 + 128 = 4096 is priced; 4000 + 128 = 4128 is marked with its reason, the rest untouched
+    df = sweep(dict(L2), prompt_len=[16, 3968, 4000], on_invalid="mark")
+    assert df["invalid_reason"].tolist() == [None, None, "prompt_len + gen_len beyond the model's max_context"]
+    assert df["step_latency_s"].iloc[:2].notna().all() and df["step_latency_s"].isna().iloc[2]
+    ok = sweep(dict(L2), prompt_len=[16, 3968])
+    assert df["step_latency_s"].iloc[1] == ok["step_latency_s"].iloc[1]
+
+
+def test_a_sweep_over_models_marks_the_short_one():
+    # a fixed 4000-token prompt: Llama-2-7B (4096) is refused, its 32K variant is priced
+    df = sweep(dict(L2, prompt_len=4000), model=["llama-2-7b", "llama-2-7b-32k"], on_invalid="mark")
+    assert df["invalid_reason"].iloc[0] is not None and df["invalid_reason"].iloc[1] is None
+    with pytest.raises(InputError, match="4128 exceeds llama-2-7b's max_context 4096"):
+        sweep(dict(L2, prompt_len=4000), model=["llama-2-7b", "llama-2-7b-32k"])

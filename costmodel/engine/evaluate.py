@@ -61,7 +61,7 @@ def build_exec(rec: Record) -> Exec:
                              allowed=", ".join(str(d) for d in range(1, model.n_experts + 1)
                                                if model.n_experts % d == 0 and d <= 4096))
         dp = ep // tp
-    if model.n_heads % tp:
+    if np.any(model.n_heads % tp):
         raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
                          field="tensor_parallel", value=tp,
                          allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))
@@ -70,6 +70,15 @@ def build_exec(rec: Record) -> Exec:
                          field="pipeline_parallel", value=pp)
     return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
                 allreduce_algorithm=rec.allreduce_algorithm, ep=ep, dp=dp)
+
+
+def hardware_signature(rec: Record, hw) -> tuple:
+    """What the engine decides on (rather than computes with) about ``hw`` for ``rec`` beyond what a
+    :class:`~costmodel.inputs.hardware.HardwareStack` decides device by device (the links,
+    ``costmodel.engine.parallel``): for fp8 and fp4 weights the device itself (whether it has fp8
+    or fp4 units decides the compute dtype, and the note names it). Devices with one signature can
+    be priced together as a stack."""
+    return (hw.id if rec.weight_dtype == "fp8" or rec.weight_dtype in dtypes.FP4_BLOCK_FORMATS else None,)
 
 
 def build_draft(rec: Record, ex: Exec):
@@ -149,10 +158,12 @@ def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
                n_branches=get("n_branches"), shared_prefix_len=get("shared_prefix_len"))
 
 
-def _outcome(rec: Record, arrays: dict | None = None):
-    """(Ctx, Outcome) of the record's strategy."""
+def _outcome(rec: Record, arrays: dict | None = None, check_limits: bool = True):
+    """(Ctx, Outcome) of the record's strategy; with ``check_limits`` a context beyond the model's
+    max_context is refused (:func:`check_context`; a sweep checks its grid itself and marks rows)."""
     ex, draft = _execs(rec)
-    check_context(rec, ex.model, arrays)
+    if check_limits:
+        check_context(rec, ex.model, arrays)
     ctx = make_ctx(rec, ex, arrays)
     func = STRATEGY_FUNCS[rec.strategy]
     return ctx, (func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft))
@@ -184,12 +195,13 @@ def evaluate_passes(record) -> dict:
 
 
 def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool = True,
-                    bound_codes: bool = False) -> dict:
+                    bound_codes: bool = False, check_limits: bool = True) -> dict:
     """Vectorised core: ``rec`` fixes the model, hardware and strategy; ``arrays`` maps any of
     NUMERIC_AXES to numpy arrays that broadcast together. Returns a dict of arrays. With
     ``bound_codes`` the ``bound`` and ``prefill_bound`` arrays hold int8 indices into
-    ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column)."""
-    ctx, out = _outcome(rec, arrays)
+    ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column). With
+    ``check_limits`` False a context beyond max_context is priced (a sweep has checked its grid)."""
+    ctx, out = _outcome(rec, arrays, check_limits)
     res = finalize(ctx, out, bound_codes)
     if rec.strategy == "autoregressive":
         res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
@@ -294,6 +306,23 @@ def _scalar(v):
     return x
 
 
+def record_head(rec: Record) -> dict:
+    """The outputs that name the configuration, first in :func:`evaluate`'s dict."""
+    return {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+
+
+def record_tail(rec: Record, extras: dict) -> dict:
+    """The record-level outputs after the arrays in :func:`evaluate`'s dict: ``n_devices``, ``notes``,
+    ``n_devices_total`` (a draft on its own device), ``tree_parents`` (from the strategy's extras)."""
+    out = {"n_devices": rec.n_devices, "notes": assumption_notes(rec, _execs(rec)[0])}
+    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
+            rec.draft_model not in ("none", "medusa", "self"):
+        out["n_devices_total"] = rec.n_devices + 1
+    if "tree_parents" in extras:
+        out["tree_parents"] = extras["tree_parents"]
+    return out
+
+
 def evaluate(record, *, details: bool = False) -> dict:
     """Evaluate one record (mapping, ``KEY=VALUE`` dict or :class:`Record`) -> output dict.
 
@@ -305,15 +334,9 @@ def evaluate(record, *, details: bool = False) -> dict:
     res = evaluate_arrays(rec)
     extras = res.pop("_extras")
     ops = res.pop("_step_ops")
-    out = {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+    out = record_head(rec)
     out.update({k: _scalar(v) for k, v in res.items()})
-    out["n_devices"] = rec.n_devices
-    out["notes"] = assumption_notes(rec, _execs(rec)[0])
-    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
-            rec.draft_model not in ("none", "medusa", "self"):
-        out["n_devices_total"] = rec.n_devices + 1
-    if "tree_parents" in extras:
-        out["tree_parents"] = extras["tree_parents"]
+    out.update(record_tail(rec, extras))
     if details:
         out["operators"] = [{"name": n, "flops": _scalar(f), "hbm_bytes": _scalar(h), "time_s": _scalar(t),
                              "bound": _scalar(b)} for n, f, h, t, b in ops]

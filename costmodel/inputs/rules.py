@@ -78,11 +78,27 @@ NUMERIC_RULES = (
 )
 
 
-def grid_violations(rec, arrays: dict):
-    """True where a grid row breaks a numeric rule: ``rec`` supplies the fixed fields, ``arrays`` the
-    varying ones (numpy arrays that broadcast together). Only rules that read a varying field are
-    evaluated (``rec`` itself was checked by ``parse_record``). None when no rule applies."""
-    bad = None
+def context_exceeds_max(context_tokens, max_context):
+    """prompt_len + gen_len > the model's max_context (the longest context it supports)."""
+    return context_tokens > max_context
+
+
+def model_max_context(rec):
+    """The record's model's max_context (None when the model declares none)."""
+    from costmodel.inputs.model import load_model
+    return load_model(rec.model).max_context
+
+
+def grid_rule_violations(rec, arrays: dict):
+    """(rule, True where a grid row breaks it) for each numeric rule that reads a varying field, and
+    the model's max_context for every row (prompt_len + gen_len, varying or not): ``rec`` supplies
+    the fixed fields, ``arrays`` the varying ones (numpy arrays that broadcast together; ``rec``
+    itself was checked by ``parse_record``)."""
+    limit = model_max_context(rec)
+    if limit is not None:
+        ctx = (np.asarray(arrays.get("prompt_len", rec.prompt_len), dtype=float)
+               + np.asarray(arrays.get("gen_len", rec.gen_len), dtype=float))
+        yield context_exceeds_max, context_exceeds_max(ctx, limit)
     for names, strategies, broken in NUMERIC_RULES:
         if strategies is not None and rec.strategy not in strategies:
             continue
@@ -91,7 +107,14 @@ def grid_violations(rec, arrays: dict):
         vals = [arrays[n] if n in arrays else getattr(rec, n) for n in names]
         if any(v is None for v in vals):
             continue
-        b = broken(*vals)
+        yield broken, broken(*vals)
+
+
+def grid_violations(rec, arrays: dict):
+    """True where a grid row breaks a numeric rule (:func:`grid_rule_violations`); None when no rule
+    applies."""
+    bad = None
+    for _rule, b in grid_rule_violations(rec, arrays):
         bad = b if bad is None else (bad | b)
     return bad
 

@@ -27,7 +27,8 @@ from costmodel.inputs.model import Model
 from costmodel.engine.ops import Exec, Op, PassShape
 from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
+from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
+    validate_parents
 from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead, spec_method
 from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
@@ -81,18 +82,18 @@ def medusa_ops(ex: Exec, n_heads: int, B) -> list:
                hbm_bytes=params * ex.w_bytes + t * n_heads * m.vocab_size / ex.tp * 4.0, group="heads")]
 
 
-def verify_shape(ctx: Ctx, tr: Tree, kernel: str, extra_ops) -> PassShape:
+def verify_shape(ctx: Ctx, tr, kernel: str, extra_ops) -> PassShape:
+    """The verification pass of tree ``tr`` (a :class:`Tree`, or a :class:`TreeTable`: arrays over trees)."""
     B, L = ctx.B, ctx.L
     q = tr.n_nodes + 1.0
     if kernel == "per_branch":
-        paths = tr.leaf_path_lengths.astype(float)
-        n_br = float(len(paths))
+        n_br = tr.n_leaves
         ex = ctx.ex
         hit = l2_hit_fraction(ex, B * L)
         rereads = B * L * (n_br - 1.0)
-        return PassShape(tokens=B * paths.sum(), pairs=B * float((paths * (paths + 1) / 2).sum()) + B * L * paths.sum(),
+        return PassShape(tokens=B * tr.path_tokens, pairs=B * tr.path_pairs + B * L * tr.path_tokens,
                          kv_hbm_tokens=B * L + rereads * (1.0 - hit), kv_l2_tokens=rereads * hit,
-                         lm_tokens=B * paths.sum(), attn_kernels=n_br, kv_write_tokens=B * paths.sum(),
+                         lm_tokens=B * tr.path_tokens, attn_kernels=n_br, kv_write_tokens=B * tr.path_tokens,
                          extra_ops=extra_ops)
     if kernel == "dense_masked":
         pairs = B * q * (L + q)
@@ -101,20 +102,17 @@ def verify_shape(ctx: Ctx, tr: Tree, kernel: str, extra_ops) -> PassShape:
     return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops)
 
 
-def tree_tokens_per_step(ctx: Ctx, tr: Tree) -> np.ndarray:
-    """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B."""
+def tree_tokens_per_step(ctx: Ctx, tr) -> np.ndarray:
+    """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B.
+    ``tr``: a :class:`Tree`, or a :class:`TreeTable` built for ``rank_vector(ctx)`` (one batch size)."""
     if ctx.tau is not None and ctx.rec.rank_acceptance is None and ctx.rec.acceptance_rate is None:
         return np.asarray(ctx.tau, dtype=float)
-    p = np.concatenate([np.asarray(rank_vector(ctx), dtype=float), np.zeros(tr.n_nodes + 1)])
-    prob = np.ones(tr.n_nodes + 1)
-    for i, (par, rk) in enumerate(zip(tr.parents, tr.ranks), start=1):
-        prob[i] = prob[par] * p[rk - 1]
+    if isinstance(tr, TreeTable):
+        return tr.lockstep_tokens(ctx.B) if ctx.rec.batch_sync == "lockstep" else tr.tokens
+    ranks = rank_vector(ctx)
     if ctx.rec.batch_sync == "lockstep":
-        depths = np.concatenate([[0], tr.depths])
-        tails = np.bincount(depths, weights=prob)        # P(accepted length ≥ j), j = 0..depth
-        b = np.asarray(ctx.B, dtype=float)
-        return np.sum(tails.reshape((-1,) + (1,) * b.ndim) ** b, axis=0)
-    return np.asarray(prob.sum())
+        return lockstep_tokens(tr.depth_tails(ranks), ctx.B)
+    return np.asarray(tr.path_probabilities(ranks).sum())
 
 
 def resolve_draft(ctx: Ctx, draft):
@@ -129,19 +127,57 @@ def resolve_draft(ctx: Ctx, draft):
     return draft, "model"
 
 
-def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
-    ex, B, L = ctx.ex, ctx.B, ctx.L
+def draft_levels_cost(ctx: Ctx, d_ex, tr) -> Cost:
+    """The draft's passes, one per level d = 1..depth over that level's n_d nodes per sequence:
+    B·n_d tokens attending to L_d + d positions (L_d: the draft's context), summed level by level.
+    For a :class:`TreeTable` every (tree, level) pass is priced in one array evaluation and the
+    sums run level by level as for one tree (a level past a tree's depth adds +0.0: no change)."""
+    B = ctx.B
+    Ld = ctx.L if ctx.draft_kv_budget is None else np.minimum(ctx.L, ctx.draft_kv_budget)
+
+    def level(n_d, d):
+        return PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
+
+    if not isinstance(tr, TreeTable):
+        dcost = Cost.zero()
+        for d, n_d in enumerate(tr.level_sizes, start=1):
+            dcost = dcost + pass_cost(level(n_d, d), d_ex)
+        return dcost
+    rows, cols = np.nonzero(tr.level_sizes)
+    flat = pass_cost(level(tr.level_sizes[rows, cols].astype(float), cols + 1.0), d_ex)
+    n_trees, n_levels = tr.level_sizes.shape
+
+    def summed(values):
+        grid = np.zeros((n_trees, n_levels))
+        grid[rows, cols] = np.broadcast_to(values, rows.shape)
+        total = np.zeros(n_trees)
+        for d in range(n_levels):
+            total = total + grid[:, d]
+        return total
+
+    return Cost(summed(flat.time_s), summed(flat.flops), summed(flat.hbm_bytes),
+                {b: summed(v) for b, v in flat.by_bound.items()}, [])
+
+
+def tree_step(ctx: Ctx, draft, tr):
+    """(step cost, draft cost, verification cost, verification shape, draft Exec, draft kind) of tree
+    ``tr`` (a :class:`Tree`, or a :class:`TreeTable`: then arrays over its trees)."""
+    ex, B = ctx.ex, ctx.B
     d_ex, kind = resolve_draft(ctx, draft)
-    extra = medusa_ops(ex, max(tr.depth, 1), B) if kind == "medusa" else []
+    heads = np.maximum(tr.depth, 1) if isinstance(tr, TreeTable) else max(tr.depth, 1)
+    extra = medusa_ops(ex, heads, B) if kind == "medusa" else []
     vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
     verify = pass_cost(vs, ex)
-    dcost = Cost.zero()
-    if d_ex is not None:
-        Ld = L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
-        for d, n_d in enumerate(tr.level_sizes, start=1):
-            shape = PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
-            dcost = dcost + pass_cost(shape, d_ex)
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, spec_method(ctx.rec.draft_model))
+    dcost = Cost.zero() if d_ex is None else draft_levels_cost(ctx, d_ex, tr)
+    n_nodes = np.asarray(tr.n_nodes, dtype=float)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, n_nodes)), ex, spec_method(ctx.rec.draft_model),
+                              seqs=ctx.B)
+    return step, dcost, verify, vs, d_ex, kind
+
+
+def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
+    ex, B = ctx.ex, ctx.B
+    step, dcost, verify, vs, d_ex, kind = tree_step(ctx, draft, tr)
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
                                                           (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
@@ -180,11 +216,19 @@ def tree(ctx: Ctx, draft) -> Outcome:
         if np.size(ctx.B) != 1:
             raise InputError("optimal_for_hardware trees are searched per configuration; sweep them one "
                              "row at a time", field="tree_shape")
-        best, best_rate = None, -1.0
-        for tr in candidate_trees(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), r.tree_depth):
-            out = tree_outcome(ctx, draft, tr)
-            rate = float(np.ravel(out.tokens_per_step / out.step.time_s)[0])
-            if rate > best_rate:
-                best, best_rate = out, rate
-        return best
+        return tree_outcome(ctx, draft, best_for_hardware(ctx, draft))
     return tree_outcome(ctx, draft, build_tree(ctx))
+
+
+def best_for_hardware(ctx: Ctx, draft) -> Tree:
+    """The candidate tree with the most tokens per second, τ / step time (the first on a tie): all
+    candidates priced at once as a :class:`TreeTable` (only their step: prefill and memory do not
+    depend on the tree's choice), one configuration (every numeric field of ``ctx`` of size 1)."""
+    r = ctx.rec
+    one = dataclasses.replace(ctx, **{f.name: np.reshape(getattr(ctx, f.name), ())
+                                       for f in dataclasses.fields(ctx)
+                                       if isinstance(getattr(ctx, f.name), np.ndarray)})
+    table = candidate_table(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), r.tree_depth)
+    step = tree_step(one, draft, table)[0]
+    rate = tree_tokens_per_step(one, table) / step.time_s
+    return table.trees[int(np.argmax(np.where(np.isnan(rate), -np.inf, rate)))]
