@@ -165,7 +165,7 @@ class StepCosts:
         attention data parallelism (expert_parallel) each of the dp groups keeps 1/dp of the tokens."""
         b = memory.kv_bytes_per_token_device(self.ex) / self.ex.dp
         if self.draft_ex is not None and not separate_draft(self.rec):
-            b += memory.kv_bytes_per_token_device(self.draft_ex)
+            b += memory.kv_bytes_per_token_device(self.draft_ex) / self.draft_ex.dp
         return float(b)
 
     def kv_capacity_tokens(self, max_tokens: int) -> int:
