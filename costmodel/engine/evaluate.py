@@ -25,6 +25,7 @@ from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine import memory
 from costmodel.engine.ops import Exec
+from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.inputs.record import Record, parse_record
 from costmodel.inputs.runtime import load_runtime
 from costmodel.engine.strategies import STRATEGY_FUNCS
@@ -84,7 +85,7 @@ def hardware_signature(rec: Record, hw) -> tuple:
 def build_draft(rec: Record, ex: Exec):
     """The draft's Exec (own weights and KV, one device), the target for ``self``, or None."""
     dm = rec.draft_model
-    if rec.strategy not in ("speculative", "tree") or dm in (None, "none", "medusa", "eagle"):
+    if rec.strategy not in ("speculative", "tree") or dm in (None, "none", "suffix", "medusa", "eagle", "eagle3"):
         return None
     if dm == "self":
         return ex
@@ -101,7 +102,18 @@ def build_draft(rec: Record, ex: Exec):
         raise InputError(f"the draft's vocabulary ({model.vocab_size} tokens) differs from the target's "
                          f"({ex.model.vocab_size}): its tokens cannot be verified", field="draft_model",
                          value=dm, allowed="a draft with the target's tokenizer")
-    return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=1, pp=1)
+    dtp = rec.draft_tensor_parallel
+    if model.n_heads % dtp:
+        raise InputError(f"draft_tensor_parallel {dtp} does not divide the draft's {model.n_heads} attention heads",
+                         field="draft_tensor_parallel", value=dtp,
+                         allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))
+    fewest = int(np.min(rec.n_devices))        # a stacked sweep may carry several device counts
+    if rec.draft_placement == "same_device" and dtp > fewest:
+        raise InputError(f"draft_tensor_parallel {dtp} exceeds the {fewest} device(s) the draft shares "
+                         "with the target", field="draft_tensor_parallel", value=dtp,
+                         allowed=f"1..n_devices = 1..{fewest}, or draft_placement=separate_device")
+    return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=dtp, pp=1,
+                allreduce_algorithm=rec.allreduce_algorithm if dtp > 1 else "auto")
 
 
 #: the record fields that decide build_exec / build_draft (all but the numeric axes)
@@ -293,6 +305,22 @@ def assumption_notes(rec: Record, ex: Exec) -> list:
                      "(no fp4 units)")
     if rec.kv_dtype is None and ex.kv_dtype != ex.weight_dtype:
         notes.append(f"kv_dtype defaults to the activation dtype: {ex.kv_dtype}")
+    if rec.strategy in ("speculative", "tree"):
+        notes.extend(draft_notes(rec, ex))
+    return notes
+
+
+def draft_notes(rec: Record, ex: Exec) -> list:
+    """What a speculative record's draft kind assumed (suffix: CPU time unpriced; eagle3: its vocabulary)."""
+    notes = []
+    if rec.draft_model == "suffix":
+        notes.append("suffix drafts on the CPU: no GPU draft passes; the suffix-tree lookup time is not priced "
+                     "(no published per-step figure), and verification carries gamma (the most tokens a suffix "
+                     "draft may propose) + 1 tokens")
+    if rec.draft_model == "eagle3" and rec.draft_vocab_size is None:
+        from costmodel.engine.strategies.heads import eagle3_vocab
+        notes.append(f"the eagle3 head's LM head covers {eagle3_vocab(ex.model)} tokens (the released EAGLE-3 "
+                     "heads' draft vocabulary; set draft_vocab_size)")
     return notes
 
 
@@ -316,8 +344,8 @@ def record_tail(rec: Record, extras: dict) -> dict:
     ``n_devices_total`` (a draft on its own device), ``tree_parents`` (from the strategy's extras)."""
     out = {"n_devices": rec.n_devices, "notes": assumption_notes(rec, _execs(rec)[0])}
     if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
-            rec.draft_model not in ("none", "medusa", "self"):
-        out["n_devices_total"] = rec.n_devices + 1
+            rec.draft_model not in WEIGHTLESS_DRAFTS:
+        out["n_devices_total"] = rec.n_devices + rec.draft_tensor_parallel
     if "tree_parents" in extras:
         out["tree_parents"] = extras["tree_parents"]
     return out

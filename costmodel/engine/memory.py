@@ -232,10 +232,12 @@ class Footprint:
 
 
 def footprint(ex: Exec, target: dict, draft: dict | None = None, *, separate: bool = False,
-              draft_activations=None) -> Footprint:
+              draft_activations=None, draft_devices: int = 1) -> Footprint:
     """Place the parts: the draft's on the target device, or (``separate``) on a device of its own that
-    also holds ``draft_activations`` (when given) and the runtime overhead. Totals:
-    KV = (target KV + tree scratch) · tp·pp + draft KV; weights = :func:`weights_total_bytes` + draft."""
+    also holds ``draft_activations`` (when given) and the runtime overhead. ``draft`` holds the parts of
+    one of the ``draft_devices`` devices a sharded draft spans. Totals:
+    KV = (target KV + tree scratch) · tp·pp + draft KV · draft_devices;
+    weights = :func:`weights_total_bytes` + draft weights · draft_devices."""
     device, other = dict(target), None
     if draft is not None:
         if separate:
@@ -249,8 +251,12 @@ def footprint(ex: Exec, target: dict, draft: dict | None = None, *, separate: bo
     kv_total = kv * ex.stage_devices * ex.pp
     w_total = weights_total_bytes(ex)
     if draft is not None:
-        kv_total = kv_total + draft["draft_kv"]
-        w_total = w_total + draft["draft_weights"]
+        if draft_devices == 1:
+            kv_total = kv_total + draft["draft_kv"]
+            w_total = w_total + draft["draft_weights"]
+        else:
+            kv_total = kv_total + draft["draft_kv"] * draft_devices
+            w_total = w_total + draft["draft_weights"] * draft_devices
     return Footprint(device, other, kv_total, w_total)
 
 

@@ -7,12 +7,19 @@ Step time (draft on the target's device, or ``draft_schedule=serial`` on another
     two half-batches in flight (B ≥ 2)  max(2·D½, 2·V½, D½ + V½ + X½)
 where D = γ·T_draft, V = T_target and ½ marks a half batch.
 Tokens per step: Leviathan's (1 − α^(γ+1))/(1 − α), or τ as given; lock-step batches Σ α^(jB)
-(see :mod:`costmodel.engine.acceptance`). Draft kinds: a model (own weights and KV), ``self`` (the target
-with a KV budget: reads all weights but only ``draft_kv_budget`` tokens of KV, MagicDec), ``none``
-(n-gram / prompt lookup: no draft passes), ``mtp`` (the target's multi-token-prediction module,
-DeepSeek-V3: each of the γ passes runs one decoder layer + the 2d×d projection + the shared LM head
-on the target's devices, its one layer of KV beside the target's; one module serves every
-position, as vLLM and SGLang reuse it for γ > num_nextn_predict_layers).
+(see :mod:`costmodel.engine.acceptance`); with ``acceptance_by_position`` τ = 1 + Σ_k Π_{i≤k} α_i.
+Draft kinds: a model (own weights and KV, sharded over ``draft_tensor_parallel`` devices with its own
+all-reduces), ``self`` (the target with a KV budget: reads all weights but only ``draft_kv_budget``
+tokens of KV, MagicDec), ``eagle`` / ``eagle3`` (a one-layer head on the target's features, γ passes
+on the target's devices, as vLLM and SGLang run EAGLE chains; EAGLE-3's head:
+:mod:`costmodel.engine.strategies.heads`), ``none`` (n-gram / prompt lookup: no draft passes),
+``mtp`` (the target's multi-token-prediction module, DeepSeek-V3: each of the γ passes runs one decoder layer + the 2d×d projection + the shared LM
+head on the target's devices, its one layer of KV beside the target's; one module serves every
+position, as vLLM and SGLang reuse it for γ > num_nextn_predict_layers) and
+``suffix`` (SuffixDecoding, Oliaro et al., arXiv:2411.04975: suffix-tree drafting on the CPU, no GPU
+draft passes; its draft length varies per step up to γ = γ_max, τ is the chain's at γ_max and the
+verification is priced at the γ_max + 1 tokens it may carry; the CPU lookup time is not priced — the
+output's notes say so).
 """
 
 from __future__ import annotations
@@ -24,13 +31,19 @@ from costmodel.engine import memory
 from costmodel.engine.ops import mtp_projection_op
 from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
+from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, prefill_shape, \
     with_step_overhead, spec_method
 
 
 def tokens_per_step(ctx: Ctx, gamma) -> np.ndarray:
-    """τ per sequence per step: given τ, or from α; lock-step batches take the minimum."""
+    """τ per sequence per step: given τ, or from α (or α_1..α_γ); lock-step batches take the minimum."""
+    pos = ctx.rec.acceptance_by_position
+    if pos is not None and ctx.tau is None:
+        if ctx.rec.batch_sync == "lockstep":
+            return acceptance.lockstep_tokens_by_position(pos, gamma, ctx.B)
+        return acceptance.chain_tokens_by_position(pos, gamma)
     if ctx.tau is not None:
         if ctx.rec.batch_sync == "lockstep":
             return acceptance.lockstep_tokens_per_step(acceptance.alpha_from_tau(ctx.tau, gamma), gamma, ctx.B)
@@ -45,25 +58,34 @@ def draft_context(ctx: Ctx, L):
 
 
 def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
-    """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None)."""
+    """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None).
+    An EAGLE-3 head's first pass also runs its fc over the B·q tokens that carry target features
+    (:func:`costmodel.engine.strategies.heads.eagle3_ops`)."""
     B = ctx.B if B is None else B
     if draft is None:
         return Cost.zero(np.shape(B * ctx.P * ctx.G * ctx.gamma))
     Ld = draft_context(ctx, L)
+    if ctx.rec.draft_model == "eagle3":
+        from costmodel.engine.strategies.heads import eagle3_ops
+        t = np.asarray(B, dtype=float) * q_per_pass
+        first = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, t)), draft)
+        rest = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, 0.0)), draft)
+        return first + rest.scale(np.asarray(n_passes, dtype=float) - 1.0)
     extra = [mtp_projection_op(draft, B * q_per_pass)] if ctx.rec.draft_model == "mtp" else None
     return pass_cost(decode_shape(B, q_per_pass, Ld, extra), draft).scale(n_passes)
 
 
 def separate(ctx: Ctx) -> bool:
     """The draft is a model running on its own device: a placement other than ``same_device`` and a
-    draft that has weights of its own (``none``, ``medusa`` and ``self`` have nothing to move)."""
-    return ctx.rec.draft_placement != "same_device" and ctx.rec.draft_model not in ("none", "medusa", "self")
+    draft that has weights of its own (``none``, ``suffix``, ``medusa`` and ``self`` have nothing to move)."""
+    return ctx.rec.draft_placement != "same_device" and ctx.rec.draft_model not in WEIGHTLESS_DRAFTS
 
 
 def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
     """X: k draft token ids to the target, then k + 1 ids (accepted + bonus, an upper bound) back,
     4 B each, α + S/β per message over :func:`costmodel.engine.parallel.draft_link`. An EAGLE head also needs
-    the target's hidden states of those tokens: (k + 1)·d_model·act_bytes more on the way back."""
+    the target's hidden states of those tokens: (k + 1)·d_model·act_bytes more on the way back (an
+    EAGLE-3 head three layers' states: 3·(k + 1)·d_model·act_bytes)."""
     if not separate(ctx):
         return Cost.zero()
     B = ctx.B if B is None else B
@@ -72,8 +94,9 @@ def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
     k = np.asarray(draft_tokens_per_seq, dtype=float)
     out = transfer_time_s(B * k * 4.0, link)
     back_bytes = B * (k + 1.0) * 4.0
-    if ctx.rec.draft_model == "eagle":
-        back_bytes = back_bytes + B * (k + 1.0) * ex.model.d_model * ex.act_bytes
+    if ctx.rec.draft_model in ("eagle", "eagle3"):
+        layers = 3.0 if ctx.rec.draft_model == "eagle3" else 1.0
+        back_bytes = back_bytes + layers * B * (k + 1.0) * ex.model.d_model * ex.act_bytes
     return comm_cost(out + transfer_time_s(back_bytes, link))
 
 
@@ -83,6 +106,9 @@ def lookahead_probability(ctx: Ctx):
     every sequence, so any rejection forces a serial redraft); 0 for trees (not priced)."""
     if ctx.rec.strategy != "speculative":
         return np.asarray(0.0)
+    pos = ctx.rec.acceptance_by_position
+    if pos is not None and ctx.tau is None:       # Π_{i≤γ} α_i per sequence
+        return acceptance.position_survival(pos, ctx.gamma)[-1] ** ctx.B
     a = ctx.alpha if ctx.alpha is not None else acceptance.alpha_from_tau(ctx.tau, ctx.gamma)
     return np.asarray(a, dtype=float) ** (ctx.gamma * ctx.B)
 
@@ -131,9 +157,14 @@ def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
     own weights), ``self`` (the target's weights, its own KV) or ``none`` (draft = None: nothing)."""
     if draft is None:
         return memory.draft_breakdown()
-    if ctx.rec.draft_model == "mtp":
+    kind = ctx.rec.draft_model
+    if kind == "mtp":
         return memory.draft_breakdown(memory.mtp_weights_device_bytes(draft), draft, kv_tokens, ctx.B)
-    own = 0.0 if ctx.rec.draft_model == "self" else memory.weights_device_bytes(draft)
+    if kind in ("eagle", "eagle3"):
+        from costmodel.engine.strategies.heads import head_weights_bytes
+        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, ctx.rec.draft_vocab_size), draft,
+                                      kv_tokens, ctx.B)
+    own = 0.0 if kind == "self" else memory.weights_device_bytes(draft)
     return memory.draft_breakdown(own, draft, kv_tokens, ctx.B)
 
 
@@ -141,6 +172,9 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     ex, B, L, g = ctx.ex, ctx.B, ctx.L, ctx.gamma
     if ctx.rec.draft_model == "self":
         draft = ex                       # the target's own Exec (carries its all-reduce algorithm)
+    elif ctx.rec.draft_model in ("eagle", "eagle3"):
+        from costmodel.engine.strategies.heads import head_exec
+        draft = head_exec(ex, ctx.rec.draft_model, ctx.rec.draft_vocab_size)
     n_draft_passes = 0.0 if draft is None else g
     dcost = draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L)
     verify = pass_cost(decode_shape(B, g + 1.0, L), ex)
@@ -158,12 +192,22 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     own = separate(ctx)
     fp = memory.footprint(ex, target, draft_memory(ctx, draft, d_kv_tokens), separate=own,
-                          draft_activations=memory.activation_bytes(draft, B, B) if own else None)
+                          draft_activations=memory.activation_bytes(draft, B, B) if own else None,
+                          draft_devices=draft_devices(ctx, draft))
     prefill, d_prefill = prefill_cost(ctx), _draft_prefill(ctx, draft)
     return Outcome(step=step, tokens_per_step=tps, n_seqs=B, prefill=prefill + d_prefill, memory=fp,
                    extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s},
                    passes=named_passes(ex, prefill, verify, draft, dcost,
                                        None if ctx.rec.draft_model == "self" else d_prefill))
+
+
+def draft_devices(ctx: Ctx, draft) -> int:
+    """Devices holding one copy of the draft's per-device parts: a draft model's
+    ``draft_tensor_parallel``, a head's the target's tp (its parts are per device of that group),
+    else 1 (totals: :func:`costmodel.engine.memory.footprint`)."""
+    if draft is None or ctx.rec.draft_model == "self":
+        return 1
+    return draft.tp
 
 
 def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None = None,
@@ -180,7 +224,8 @@ def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None
 
 
 def _draft_prefill(ctx: Ctx, draft) -> Cost:
-    """The draft model also processes the prompt (its own KV cache); ``self``/``none`` do not."""
+    """The draft model also processes the prompt (its own KV cache); ``self``/``none``/``suffix`` do not;
+    an EAGLE head does, over the target's features (its layer's KV)."""
     if draft is None or ctx.rec.draft_model == "self":
         return Cost.zero()
     return pass_cost(prefill_shape(ctx.B, ctx.P), draft)

@@ -120,43 +120,66 @@ def resolve_draft(ctx: Ctx, draft):
     kind = ctx.rec.draft_model
     if kind == "eagle":
         return dataclasses.replace(ctx.ex, model=eagle_head(ctx.ex.model)), "eagle"
-    if kind in ("medusa", "none"):
+    if kind == "eagle3":
+        from costmodel.engine.strategies.heads import head_exec
+        return head_exec(ctx.ex, kind, ctx.rec.draft_vocab_size), "eagle3"
+    if kind in ("medusa", "none", "suffix"):
         return None, kind
     if kind == "self":
         return ctx.ex, "self"
     return draft, "model"
 
 
-def draft_levels_cost(ctx: Ctx, d_ex, tr) -> Cost:
+def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
     """The draft's passes, one per level d = 1..depth over that level's n_d nodes per sequence:
-    B·n_d tokens attending to L_d + d positions (L_d: the draft's context), summed level by level.
-    For a :class:`TreeTable` every (tree, level) pass is priced in one array evaluation and the
-    sums run level by level as for one tree (a level past a tree's depth adds +0.0: no change)."""
+    B·n_d tokens attending to L_d + d positions (L_d: the draft's context), summed level by level;
+    an EAGLE-3 head adds its operators (:func:`costmodel.engine.strategies.heads.eagle3_ops`), the
+    feature-fusing fc on the first level only. For a :class:`TreeTable` every (tree, level) pass is
+    priced in one array evaluation per kind of level and the sums run level by level as for one
+    tree (a level past a tree's depth adds +0.0: no change)."""
     B = ctx.B
     Ld = ctx.L if ctx.draft_kv_budget is None else np.minimum(ctx.L, ctx.draft_kv_budget)
 
-    def level(n_d, d):
-        return PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
+    def level(n_d, d, first):
+        extra = []
+        if kind == "eagle3":      # the fc over the features of the first level's input tokens
+            from costmodel.engine.strategies.heads import eagle3_ops
+            extra = eagle3_ops(d_ex, B * n_d, B * n_d if first else 0.0)
+        return PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d,
+                         extra_ops=extra)
 
     if not isinstance(tr, TreeTable):
         dcost = Cost.zero()
         for d, n_d in enumerate(tr.level_sizes, start=1):
-            dcost = dcost + pass_cost(level(n_d, d), d_ex)
+            dcost = dcost + pass_cost(level(n_d, d, d == 1), d_ex)
         return dcost
     rows, cols = np.nonzero(tr.level_sizes)
-    flat = pass_cost(level(tr.level_sizes[rows, cols].astype(float), cols + 1.0), d_ex)
     n_trees, n_levels = tr.level_sizes.shape
+    # one array evaluation per kind of level (the first level of an EAGLE-3 head has its fc), its
+    # results placed back at their (tree, level) cells
+    groups = [np.ones(rows.shape, dtype=bool)] if kind != "eagle3" else [cols == 0, cols != 0]
+    cells = {"time_s": np.zeros((n_trees, n_levels)), "flops": np.zeros((n_trees, n_levels)),
+             "hbm_bytes": np.zeros((n_trees, n_levels))}
+    by_bound = {}
+    for sel in groups:
+        if not sel.any():
+            continue
+        r, c = rows[sel], cols[sel]
+        flat = pass_cost(level(tr.level_sizes[r, c].astype(float), c + 1.0, kind == "eagle3" and bool(c[0] == 0)),
+                         d_ex)
+        for name in cells:
+            cells[name][r, c] = np.broadcast_to(getattr(flat, name), r.shape)
+        for b, v in flat.by_bound.items():
+            by_bound.setdefault(b, np.zeros((n_trees, n_levels)))[r, c] = np.broadcast_to(v, r.shape)
 
-    def summed(values):
-        grid = np.zeros((n_trees, n_levels))
-        grid[rows, cols] = np.broadcast_to(values, rows.shape)
+    def summed(grid):
         total = np.zeros(n_trees)
         for d in range(n_levels):
             total = total + grid[:, d]
         return total
 
-    return Cost(summed(flat.time_s), summed(flat.flops), summed(flat.hbm_bytes),
-                {b: summed(v) for b, v in flat.by_bound.items()}, [])
+    return Cost(summed(cells["time_s"]), summed(cells["flops"]), summed(cells["hbm_bytes"]),
+                {b: summed(v) for b, v in by_bound.items()}, [])
 
 
 def tree_step(ctx: Ctx, draft, tr):
@@ -168,7 +191,7 @@ def tree_step(ctx: Ctx, draft, tr):
     extra = medusa_ops(ex, heads, B) if kind == "medusa" else []
     vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
     verify = pass_cost(vs, ex)
-    dcost = Cost.zero() if d_ex is None else draft_levels_cost(ctx, d_ex, tr)
+    dcost = Cost.zero() if d_ex is None else draft_levels_cost(ctx, d_ex, tr, kind)
     n_nodes = np.asarray(tr.n_nodes, dtype=float)
     step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, n_nodes)), ex, spec_method(ctx.rec.draft_model),
                               seqs=ctx.B)
@@ -182,7 +205,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
                                                           (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
     fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
-                          separate=separate(ctx))
+                          separate=separate(ctx), draft_devices=d_ex.tp if kind in ("eagle3", "model") else 1)
     target_prefill = prefill_cost(ctx)
     d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
     return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
@@ -201,6 +224,10 @@ def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree) -> dict:
         return memory.draft_breakdown(medusa_params(ctx.ex.model, max(tr.depth, 1)) * ctx.ex.w_bytes / ctx.ex.tp)
     if kind == "eagle":
         return memory.draft_breakdown(eagle_extra_params(ctx.ex.model) * ctx.ex.w_bytes, d_ex, ctx.B * ctx.L_peak)
+    if kind == "eagle3":
+        from costmodel.engine.strategies.heads import head_weights_bytes
+        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, ctx.rec.draft_vocab_size), d_ex,
+                                      ctx.B * ctx.L_peak)
     kv_context = ctx.L_peak if ctx.draft_kv_budget is None else np.minimum(ctx.L_peak, ctx.draft_kv_budget)
     return draft_memory(ctx, d_ex, ctx.B * kv_context)
 
