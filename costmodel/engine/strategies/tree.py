@@ -3,8 +3,10 @@
 A draft proposes a tree of T nodes; the target verifies the T nodes plus the root (q = T + 1) in
 one pass with a tree mask. Tokens per step τ = 1 + Σ_v Π p_rank along v's path (:mod:`costmodel.engine.tree`).
 
-Draft cost: a draft model or an EAGLE head runs one pass per depth over that level's nodes;
-Medusa heads run inside the target pass (each head: a d×d ResBlock and a d×vocab LM head);
+Draft cost: a draft model or an EAGLE head drafts a tree of depth D in D passes, one at the root and
+one over each of levels 1..D−1 (the last level is not drafted from); an EAGLE pass also runs its
+2d×d fusion layer. Medusa heads run inside the target pass, all ``medusa_heads`` of them (each a d×d
+ResBlock and a d×vocab LM head), and bound the tree's depth;
 ``none`` costs nothing. Verification kernels:
 
 * ``dense_masked``:  the full q × (L + q) block is computed; context KV read once per sequence
@@ -24,7 +26,8 @@ import numpy as np
 from costmodel.engine import acceptance, memory
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
-from costmodel.engine.ops import Exec, Op, PassShape
+from costmodel.engine.ops import Exec, Op, PassShape, gemm
+from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
@@ -51,20 +54,43 @@ def build_tree(ctx: Ctx, n_nodes: int | None = None) -> Tree:
     if r.tree_width is not None and r.tree_depth is not None and r.tree_nodes is None:
         return full_tree(r.tree_width, r.tree_depth)
     n = n_nodes or r.tree_nodes
-    return optimal_tree(int(n), rank_vector(ctx, r.tree_depth), r.tree_depth)
+    return optimal_tree(int(n), rank_vector(ctx, r.tree_depth), depth_bound(r))
+
+
+def depth_bound(r):
+    """An optimal tree's depth bound: ``tree_depth``, and for Medusa at most its heads (one per level)."""
+    if r.draft_model != "medusa":
+        return r.tree_depth
+    heads = medusa_heads(r)
+    return heads if r.tree_depth is None else min(r.tree_depth, heads)
 
 
 def eagle_head(target: Model) -> Model:
-    """EAGLE draft: one decoder layer of the target's width plus a 2d→d fusion layer (Li et al. 2024);
-    it reuses the target's embedding and LM head (counted in the pass, not in its weights)."""
+    """EAGLE draft: one decoder layer of the target's width (Li et al. 2024); its 2d→d fusion layer is
+    priced as an extra operator (:func:`eagle_fuse_op`), and it reuses the target's embedding and LM
+    head (counted in the pass, not in its weights)."""
     return dataclasses.replace(target, id=f"eagle-head({target.id})", name="EAGLE head", n_layers=1,
                                n_experts=1, experts_per_token=1, tied_embeddings=True,
                                published_params=None, source="EAGLE (arXiv:2401.15077) draft head")
 
 
+def eagle_exec(ex: Exec) -> Exec:
+    """The EAGLE head on the target's tensor-parallel group: split over tp like the target's layers,
+    and whole on one pipeline stage (pp = 1: its one layer is not divided among stages)."""
+    return dataclasses.replace(ex, model=eagle_head(ex.model), pp=1)
+
+
 def eagle_extra_params(target: Model) -> float:
     """EAGLE head weights: one layer + the 2d×d fusion matrix (LM head shared with the target)."""
     return target.attn_params_per_layer + target.expert_params + 2 * target.d_model + 2 * target.d_model ** 2
+
+
+def eagle_fuse_op(ex: Exec, tokens) -> Op:
+    """The fusion layer of each EAGLE draft pass: an FC of 2·d_model × d_model (split over tp) on the
+    concatenated feature and token embedding of every token the pass drafts from (SafeAILab/EAGLE
+    cnets.py ``self.fc = nn.Linear(2 * hidden_size, hidden_size)``)."""
+    d = ex.model.d_model
+    return gemm("eagle_fuse", 2.0 * d * d / ex.tp, tokens, 2 * d, d / ex.tp, ex, count=1)
 
 
 def medusa_params(target: Model, n_heads: int) -> int:
@@ -73,12 +99,23 @@ def medusa_params(target: Model, n_heads: int) -> int:
 
 
 def medusa_ops(ex: Exec, n_heads: int, B) -> list:
-    """Medusa heads on the last accepted hidden state (:func:`medusa_params`, split over tp)."""
+    """Medusa heads on the last accepted hidden state (:func:`medusa_params`, split over tp): every
+    head runs every step (FasterDecoding/Medusa medusa_model.py loops over all ``medusa_num_heads``),
+    whatever the tree's depth."""
     m = ex.model
     params = medusa_params(m, n_heads) / ex.tp
     t = np.asarray(B, dtype=float)
     return [Op("medusa_heads", "matrix", 1, flops=2.0 * params * t,
                hbm_bytes=params * ex.w_bytes + t * n_heads * m.vocab_size / ex.tp * 4.0, group="heads")]
+
+
+def draft_pass_tokens(tr: Tree) -> np.ndarray:
+    """Tokens per sequence of each draft pass of a tree of depth D: D passes, one at the root (it drafts
+    level 1) and one on each level 1..D−1 (it drafts the next level); the last level is never drafted
+    from (SafeAILab/EAGLE cnets.py topK_genrate: one forward before its loop of depth − 1 more)."""
+    if tr.depth == 0:
+        return np.zeros(0)
+    return np.concatenate([[1.0], np.asarray(tr.level_sizes, dtype=float)[:-1]])
 
 
 def verify_shape(ctx: Ctx, tr: Tree, kernel: str, extra_ops) -> PassShape:
@@ -101,27 +138,60 @@ def verify_shape(ctx: Ctx, tr: Tree, kernel: str, extra_ops) -> PassShape:
     return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops)
 
 
-def tree_tokens_per_step(ctx: Ctx, tr: Tree) -> np.ndarray:
-    """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B."""
-    if ctx.tau is not None and ctx.rec.rank_acceptance is None and ctx.rec.acceptance_rate is None:
-        return np.asarray(ctx.tau, dtype=float)
-    p = np.concatenate([np.asarray(rank_vector(ctx), dtype=float), np.zeros(tr.n_nodes + 1)])
+def _node_probabilities(tr: Tree, ranks) -> np.ndarray:
+    """P(node accepted) for the root (1) and nodes 1..n: the product of p_rank along its path."""
+    p = np.concatenate([np.asarray(ranks, dtype=float), np.zeros(tr.n_nodes + 1)])
     prob = np.ones(tr.n_nodes + 1)
     for i, (par, rk) in enumerate(zip(tr.parents, tr.ranks), start=1):
         prob[i] = prob[par] * p[rk - 1]
-    if ctx.rec.batch_sync == "lockstep":
-        depths = np.concatenate([[0], tr.depths])
-        tails = np.bincount(depths, weights=prob)        # P(accepted length ≥ j), j = 0..depth
-        b = np.asarray(ctx.B, dtype=float)
-        return np.sum(tails.reshape((-1,) + (1,) * b.ndim) ** b, axis=0)
-    return np.asarray(prob.sum())
+    return prob
+
+
+def _depth_tails(tr: Tree, prob) -> np.ndarray:
+    """P(accepted length ≥ j), j = 0..depth: the node probabilities summed per depth."""
+    return np.bincount(np.concatenate([[0], tr.depths]), weights=prob)
+
+
+def alpha_for_tree_tau(tr: Tree, tau, iterations: int = 60) -> np.ndarray:
+    """α whose rank model α(1 − α)^(i−1) gives the tree τ expected tokens (bisection: τ(α) increases
+    with α); how a lock-step batch spreads a given τ over the tree's depths."""
+    tau = np.asarray(tau, dtype=float)
+    lo, hi = np.zeros_like(tau), np.ones_like(tau)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        got = np.vectorize(lambda a: _node_probabilities(tr, acceptance.default_rank_acceptance(float(a))).sum())(mid)
+        above = got > tau
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def tree_tokens_per_step(ctx: Ctx, tr: Tree) -> np.ndarray:
+    """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B, the
+    depth distribution of a given τ being that of the α whose rank model gives τ
+    (:func:`alpha_for_tree_tau`; at B = 1 it returns τ)."""
+    given_tau = ctx.tau is not None and ctx.rec.rank_acceptance is None and ctx.rec.acceptance_rate is None
+    if given_tau and ctx.rec.batch_sync != "lockstep":
+        return np.asarray(ctx.tau, dtype=float)
+    if given_tau:
+        tau = np.asarray(ctx.tau, dtype=float)
+        alphas = alpha_for_tree_tau(tr, tau)
+        tails = np.stack([_depth_tails(tr, _node_probabilities(tr, acceptance.default_rank_acceptance(float(a))))
+                          for a in np.ravel(alphas)], axis=-1).reshape((-1,) + np.shape(tau))
+    else:
+        tails = _depth_tails(tr, _node_probabilities(tr, rank_vector(ctx)))
+        if ctx.rec.batch_sync != "lockstep":
+            return np.asarray(tails.sum())
+        tails = tails.reshape((-1,) + (1,) * np.ndim(ctx.B))
+    b = np.asarray(ctx.B, dtype=float)
+    return np.sum(tails ** b, axis=0)
 
 
 def resolve_draft(ctx: Ctx, draft):
     """(draft Exec or None, kind) for a tree: a model, 'eagle', 'medusa' or 'none'."""
     kind = ctx.rec.draft_model
     if kind == "eagle":
-        return dataclasses.replace(ctx.ex, model=eagle_head(ctx.ex.model)), "eagle"
+        return eagle_exec(ctx.ex), "eagle"
     if kind in ("medusa", "none"):
         return None, kind
     if kind == "self":
@@ -132,21 +202,26 @@ def resolve_draft(ctx: Ctx, draft):
 def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
     ex, B, L = ctx.ex, ctx.B, ctx.L
     d_ex, kind = resolve_draft(ctx, draft)
-    extra = medusa_ops(ex, max(tr.depth, 1), B) if kind == "medusa" else []
+    extra = medusa_ops(ex, medusa_heads(ctx.rec), B) if kind == "medusa" else []
     vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
     verify = pass_cost(vs, ex)
     dcost = Cost.zero()
+    widest = 0.0
     if d_ex is not None:
         Ld = L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
-        for d, n_d in enumerate(tr.level_sizes, start=1):
-            shape = PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d)
+        for d, n_d in enumerate(draft_pass_tokens(tr)):     # d: the depth the pass drafts from
+            t = B * n_d
+            shape = PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t,
+                              extra_ops=[eagle_fuse_op(d_ex, t)] if kind == "eagle" else [])
             dcost = dcost + pass_cost(shape, d_ex)
+            widest = max(widest, float(n_d))
     step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, spec_method(ctx.rec.draft_model))
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
                                                           (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
-    fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
-                          separate=separate(ctx))
+    own = separate(ctx)
+    fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr), separate=own,
+                          draft_activations=memory.activation_bytes(d_ex, B * widest, B * widest) if own else None)
     target_prefill = prefill_cost(ctx)
     d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
     return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
@@ -157,14 +232,18 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
                            "draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
 
 
-def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree) -> dict:
-    """Draft weights and KV of a tree's draft: Medusa heads (one per level, split over tp, no KV),
-    an EAGLE head (its own layer's KV over the whole context), else :func:`draft_memory` over the
-    context or the ``draft_kv_budget``."""
+def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree):
+    """Draft weights and KV of a tree's draft (:class:`costmodel.engine.memory.DraftParts`): Medusa
+    heads (``medusa_heads`` of them, split over tp, no KV); an EAGLE head (split over tp, whole on one
+    stage; its own layer's KV over the whole context); else :func:`draft_memory` over the context or
+    the ``draft_kv_budget``."""
+    ex = ctx.ex
     if kind == "medusa":
-        return memory.draft_breakdown(medusa_params(ctx.ex.model, max(tr.depth, 1)) * ctx.ex.w_bytes / ctx.ex.tp)
+        total = medusa_params(ex.model, medusa_heads(ctx.rec)) * ex.w_bytes
+        return memory.draft_breakdown(total / ex.tp, weights_total=total)
     if kind == "eagle":
-        return memory.draft_breakdown(eagle_extra_params(ctx.ex.model) * ctx.ex.w_bytes, d_ex, ctx.B * ctx.L_peak)
+        total = eagle_extra_params(ex.model) * ex.w_bytes
+        return memory.draft_breakdown(total / d_ex.tp, d_ex, ctx.B * ctx.L_peak, weights_total=total)
     kv_context = ctx.L_peak if ctx.draft_kv_budget is None else np.minimum(ctx.L_peak, ctx.draft_kv_budget)
     return draft_memory(ctx, d_ex, ctx.B * kv_context)
 
@@ -181,7 +260,7 @@ def tree(ctx: Ctx, draft) -> Outcome:
             raise InputError("optimal_for_hardware trees are searched per configuration; sweep them one "
                              "row at a time", field="tree_shape")
         best, best_rate = None, -1.0
-        for tr in candidate_trees(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), r.tree_depth):
+        for tr in candidate_trees(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), depth_bound(r)):
             out = tree_outcome(ctx, draft, tr)
             rate = float(np.ravel(out.tokens_per_step / out.step.time_s)[0])
             if rate > best_rate:
