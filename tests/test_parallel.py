@@ -291,19 +291,3 @@ def test_hardware_link_fields_unchanged_by_replace():
     # guard for the helpers above: a hardware copy with 4 devices per node moves TP8 onto the network
     small = dataclasses.replace(A100, devices_per_node=4)
     assert tp_link(small, 8) is small.network and tp_link(small, 4) is small.scale_up
-
-
-def test_ring_and_tree_price_the_same_hops_inside_a_node():
-    from costmodel.engine.parallel import allreduce_time_s
-    from costmodel.inputs.hardware import load_hardware
-    link = load_hardware("a100-80gb").scale_up
-    # 8 ranks on one node: NCCL's tree is a chain there, 2·(8 − 1) = 14 hops like the ring;
-    # a 16 KB message: ring 6.6 + 14·2.671 µs + 2·7/8·16384 B / 300 GB/s, tree the same hops + 2·16384 B / 300 GB/s
-    ring = allreduce_time_s(16384.0, 8, link, "ring")
-    tree = allreduce_time_s(16384.0, 8, link, "tree", devices_per_node=8)
-    assert ring == pytest.approx(6.6e-6 + 14 * 2.671e-6 + 2 * 7 / 8 * 16384 / 3.0e11, rel=1e-12)
-    assert tree == pytest.approx(6.6e-6 + 14 * 2.671e-6 + 2 * 16384 / 3.0e11, rel=1e-12)
-    assert allreduce_time_s(16384.0, 8, link, "auto", devices_per_node=8) == ring
-    # 16 ranks, 8 per node: 2·(7 + log2 2) = 16 hops, against the ring's 30
-    assert allreduce_time_s(0.0, 16, link, "tree", devices_per_node=8) == pytest.approx(6.6e-6 + 16 * 2.671e-6,
-                                                                                          rel=1e-12)

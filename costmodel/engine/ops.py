@@ -376,8 +376,7 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
         from costmodel.engine.parallel import allreduce_time_s, tp_link
         msg = t * d * act
         ops.append(Op("allreduce", "comm", 2 * L, hbm_bytes=0.0,
-                      comm_s=allreduce_time_s(msg, tp, tp_link(ex.hw, tp, ex.pp), ex.allreduce_algorithm,
-                                              ex.hw.devices_per_node)))
+                      comm_s=allreduce_time_s(msg, tp, tp_link(ex.hw, tp, ex.pp), ex.allreduce_algorithm)))
     lm_t = t if shape.lm_tokens is None else np.asarray(shape.lm_tokens, dtype=float)
     if ex.pp > 1:
         from costmodel.engine.parallel import pipeline_handoff_s

@@ -12,20 +12,11 @@ slowest hop sets the pace of every synchronised step).
 **Tensor parallel.** Two all-reduces per layer of S = tokens · d_model · act_bytes (after the
 attention output projection and after the FFN), over the TP group's link:
 
-    ring (Patarasuk & Yuan 2009; NCCL ring):      t = α₀ + 2(n − 1)·α + 2(n − 1)/n · S/β
-    tree (NCCL):                                  t = α₀ + 2·((m − 1) + log2(n/m))·α + 2·S/β
+    ring (Patarasuk & Yuan 2009; NCCL ring):      t = 2(n − 1)·α + 2(n − 1)/n · S/β
+    tree (NCCL double binary tree):              t = 2·log2(n)·α + 2·S/β
     auto (the default of a record's ``allreduce_algorithm``; what NCCL's tuner does: per message,
           the algorithm with the lower modelled time):
-                                                  t = min(ring, tree)
-
-α is one hop's latency and α₀ (``collective_base_s``) the fixed cost of a collective (launch,
-synchronisation), the same physical figures in both formulas, as in NCCL's own latency model
-(src/graph/tuning.cc: baseLat + hops · hwLat). NCCL's tree is a chain inside a node and a double
-binary tree across nodes, so with m of the n ranks per node it takes 2·((m − 1) + log2(n/m)) hops
-(the ring's 2(n − 1) inside one node: at small messages 'auto' is the ring there). The hardware files
-take α₀ = NCCL's baseLat (6.6 µs, LL protocol) and α = (the measured 8-GPU small-message all-reduce −
-α₀) / 14, so the ring reproduces the measurement and the tree prices the same hops, instead of a
-ring-only α that the log2(n) tree priced 2.3× below the measurement.
+                                                  t = min(ring, tree)   — tree below S ≈ 32·α·β at n = 8
 
 ``tokens`` is every query token of the pass: B for plain decoding, B·(γ+1) for chain
 verification, B·(T+1) for a tree of T nodes — a tree verified across nodes pays its all-reduces on
@@ -66,27 +57,22 @@ ALGORITHMS = ("auto", "ring", "tree")
 TOKEN_ID_BYTES = 4.0          # int32 token ids
 
 
-def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring", devices_per_node: int | None = None):
+def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring"):
     """Time of one all-reduce of ``message_bytes`` across ``n`` devices over ``link``.
 
-    ring: α₀ + 2(n−1)·α + 2(n−1)/n · S/β;  tree: α₀ + 2·((m − 1) + log2(n/m))·α + 2·S/β with
-    m = min(n, ``devices_per_node``) ranks per node (None: m = 1, a binary tree over every rank);
-    auto: the smaller of the two for each message (NCCL picks its algorithm per message size);
-    α₀ = ``link.collective_base_s``;  0 for n = 1.
+    ring: 2(n−1)·α + 2(n−1)/n · S/β;  tree (double binary tree): 2·log2(n)·α + 2·S/β;
+    auto: the smaller of the two for each message (NCCL picks its algorithm per message size);  0 for n = 1.
     """
     s = np.asarray(message_bytes, dtype=float)
     if n <= 1:
         return np.zeros_like(s)
     if algorithm == "auto":
-        return np.minimum(allreduce_time_s(s, n, link, "ring"),
-                          allreduce_time_s(s, n, link, "tree", devices_per_node))
+        return np.minimum(allreduce_time_s(s, n, link, "ring"), allreduce_time_s(s, n, link, "tree"))
     if algorithm == "tree":
-        m = 1 if devices_per_node is None else max(1, min(n, int(devices_per_node)))
-        hops = 2.0 * ((m - 1) + np.log2(n / m))
-        return link.collective_base_s + hops * link.latency_s + 2.0 * s / link.bandwidth_bytes_per_s
+        return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.bandwidth_bytes_per_s
     if algorithm != "ring":
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
-    return link.collective_base_s + 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.bandwidth_bytes_per_s
+    return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.bandwidth_bytes_per_s
 
 
 def transfer_time_s(message_bytes, link: Link):

@@ -19,10 +19,7 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4")   # fp4:
 class Link:
     type: str
     bandwidth_bytes_per_s: float
-    latency_s: float                 # α: one hop (one step of a collective, or a point-to-point message)
-    #: fixed cost of one collective whatever its algorithm (launch, synchronisation, protocol setup),
-    #: added once to every all-reduce (parallel.allreduce_time_s); 0 when not given
-    collective_base_s: float = 0.0
+    latency_s: float
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ HW_KEYS = {
 """Allowed keys per section (``*_basis``, ``basis``, ``notes``: documentary text, never read)."""
 #: matrix rates recorded in the specs for completeness but not read (no record dtype uses them)
 DOCUMENTED_DTYPES = ("fp4",)
-LINK_KEYS = ("type", "bandwidth_bytes_per_s", "latency_s", "collective_base_s")
+LINK_KEYS = ("type", "bandwidth_bytes_per_s", "latency_s")
 MODE_KEYS = ("id", "power_w", "compute_scale", "bandwidth_scale", "basis")
 
 
@@ -125,8 +122,7 @@ def _link(f: Fields, key: str) -> Link:
     s = f.sub(key)
     s.check_keys(LINK_KEYS)
     return Link(type=s.text("type"), bandwidth_bytes_per_s=s.num("bandwidth_bytes_per_s", **LINK),
-                latency_s=s.num("latency_s", **SECONDS),
-                collective_base_s=s.num("collective_base_s", required=False, **SECONDS) or 0.0)
+                latency_s=s.num("latency_s", **SECONDS))
 
 
 def parse_hardware(data, src: str) -> Hardware:
