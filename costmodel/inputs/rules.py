@@ -206,7 +206,7 @@ def check_tree(r, src: str) -> None:
         depth = d
     else:
         depth = n if d is None else min(n, d)
-    if r.draft_model == "medusa" and (parents is not None or d is not None):
+    if r.draft_model == "medusa" and (parents is not None or w is not None):
         heads = medusa_heads(r)
         if depth > heads:
             raise InputError(f"a tree of depth {depth} needs {depth} Medusa heads, but the target has {heads}",
