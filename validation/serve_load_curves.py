@@ -9,15 +9,16 @@ skipped with the reason. Prints per-row errors and the median / p90 absolute rel
 
 Engine settings each row ran with (not fitted; from the row's notes and the engines' sources):
 
-* vLLM 0.6 (V0 engine): ``--num-scheduler-steps N`` when the notes give it (multi-step scheduling:
-  the scheduler looks at the queue once per N decode steps); chunked prefill off and
-  ``max_num_batched_tokens = max(max_model_len, 2048)`` — vLLM 0.6 ``SchedulerConfig.__post_init__``
-  (chunked prefill was on by default only for max_model_len > 32K, and not with multi-step or
-  speculative decoding); ``max_model_len`` from the notes (``--max_model_len``), else the model's
-  context; ``max_num_seqs`` 256 (vLLM's default, the workload default here too).
-* vLLM without a stated version in a 2024 publication: the same V0 defaults, single-step.
+* vLLM rows run under the engine version they name (``runtime=vllm@0.6``; runtimes/vllm.yaml
+  ``versions``): its host work per scheduler invocation and its scheduler defaults (0.5/0.6: V0
+  engine, chunked prefill off, ``max_num_batched_tokens = max(max_model_len, 2048)``, 256 sequences).
+  A 2024 vLLM publication without a version runs as 0.6 (the V0 engine of that year).
+  ``--num-scheduler-steps N`` and ``--max_model_len`` are taken from the notes when given.
+* SGLang rows keep ``runtime=vllm`` at its default version, as the CSV maps them (no SGLang profile).
 * ShareGPT rows that give no lengths: the vLLM v0.6.0 post's ShareGPT sample (500 prompts, mean
   202 input / 179 output tokens, stated in the post) — an assumption, said so in the output.
+* As many requests as the benchmark sent (``num_requests``); where the source gives no count,
+  vLLM's ``benchmark_serving`` default of 1000 prompts, or 4 × the clients of a closed loop (at least 200).
 """
 
 import argparse
@@ -40,30 +41,28 @@ WORKLOAD_COLS = ("prompt_len", "gen_len", "prompt_len_dist", "gen_len_dist", "re
 
 SHAREGPT_DEFAULT = (202, 179)       # vLLM v0.6.0 post, 'Dataset': ShareGPT, 500 prompts, mean in/out
 V0_YEARS = ("2024",)
+BENCHMARK_SERVING_PROMPTS = 1000    # vLLM benchmarks/benchmark_serving.py --num-prompts default
 
 
 def engine_settings(row) -> tuple[dict, list]:
-    """(workload fields, assumptions) for the engine a row ran on (module docstring)."""
+    """(record/workload fields, assumptions) for the engine a row ran on (module docstring)."""
     notes = str(row.get("notes") or "")
     wl, said = {}, []
     version = str(row.get("runtime_version") or "")
+    version = "" if version == "nan" else version
     sglang = "SGLang" in notes and "runtime mapped to vllm" in notes
-    vllm_v0 = row.get("runtime") == "vllm" and not sglang and (
-        version.startswith(("0.4", "0.5", "0.6")) or any(y in str(row.get("publication")) for y in V0_YEARS))
-    if vllm_v0:
+    if row.get("runtime") == "vllm" and not sglang:
+        if not version and any(y in str(row.get("publication")) for y in V0_YEARS):
+            version = "0.6"
+            said.append("vLLM version not stated (2024): 0.6 assumed")
+        if version:
+            wl["runtime"] = f"vllm@{version}"
         m = re.search(r"--num-scheduler-steps[ =](\d+)", notes)
         if m:
             wl["num_scheduler_steps"] = int(m.group(1))
         m = re.search(r"--max[_-]model[_-]len[ =](\d+)", notes)
-        from costmodel.inputs.model import load_model
-        try:
-            ctx = int(m.group(1)) if m else int(getattr(load_model(row["model"]), "max_context", 0) or 8192)
-        except Exception:
-            ctx = 8192
-        wl["chunked_prefill"] = False
-        wl["max_num_batched_tokens"] = max(ctx, 2048)
-        said.append(f"vLLM V0 defaults: chunked prefill off, max_num_batched_tokens {max(ctx, 2048)}"
-                    + (f", {wl['num_scheduler_steps']} scheduler steps" if "num_scheduler_steps" in wl else ""))
+        if m and version.startswith(("0.5", "0.6")):
+            wl["max_num_batched_tokens"] = max(int(m.group(1)), 2048)
     if str(row.get("dataset")).lower() == "sharegpt" and pd.isna(row.get("prompt_len")) and \
             pd.isna(row.get("prompt_len_dist")):
         wl["prompt_len"], wl["gen_len"] = SHAREGPT_DEFAULT
@@ -78,6 +77,8 @@ def predict(row, max_requests):
             rec[c] = int(rec[c])
     wl = {c: row[c] for c in WORKLOAD_COLS if c in row and not pd.isna(row[c])}
     extra, _ = engine_settings(row)
+    if "runtime" in extra:
+        rec["runtime"] = extra.pop("runtime")
     wl.update({k: v for k, v in extra.items() if k not in wl})
     for c in ("prompt_len", "gen_len", "max_concurrency", "num_requests", "max_num_seqs"):
         if c in wl:
@@ -85,8 +86,9 @@ def predict(row, max_requests):
     arrival = row.get("arrival")
     if arrival == "all_at_once" or (arrival == "closed_loop" and "request_rate" not in wl):
         wl["request_rate"] = math.inf
-    n = wl.get("num_requests") or max(200, 4 * wl.get("max_concurrency", 0))
-    wl["num_requests"] = int(min(n, max_requests))
+    n = wl.get("num_requests") or (max(200, 4 * wl["max_concurrency"]) if wl.get("max_concurrency")
+                                    else BENCHMARK_SERVING_PROMPTS)
+    wl["num_requests"] = int(min(n, max_requests or n))
     res = costmodel.serve(rec, **wl)
     metric = row["metric"]
     for stat in ("mean", "p50", "p90", "p99"):
@@ -103,8 +105,9 @@ def report_section(out, skipped, max_requests) -> str:
     """Markdown for the "Load curves" section of validation/REPORT.md."""
     lines = [START, "## Load curves (serving under load, held out)", "",
              "Generated by `python validation/serve_load_curves.py --report` from validation/load_curves.csv "
-             f"(published TTFT / TPOT / E2E / throughput points under a request stream; {max_requests} simulated "
-             "requests per point at most). Protocol: nothing is fitted to these rows — every figure comes from the "
+             f"(published TTFT / TPOT / E2E / throughput points under a request stream; "
+             + (f"{max_requests} simulated requests per point at most" if max_requests else
+                "as many simulated requests as each benchmark sent") + "). Protocol: nothing is fitted to these rows — every figure comes from the "
              "model as calibrated on validation/measurements.csv plus the engine settings each row states "
              "(see the script's docstring), so every error below is held out. Rows whose model is not in the zoo "
              "are skipped and counted.", ""]
@@ -117,6 +120,11 @@ def report_section(out, skipped, max_requests) -> str:
         lines += ["", "| publication | n | median abs error | median signed error |", "|---|---|---|---|"]
         for pub, g in out.groupby("publication"):
             lines.append(f"| {pub} | {len(g)} | {g['abs'].median():.1%} | {g['rel_error'].median():+.1%} |")
+        lines += ["", "| publication | metric | n | median abs error | p90 | median signed error |",
+                  "|---|---|---|---|---|---|"]
+        for (pub, m), g in out.groupby(["publication", "metric"]):
+            lines.append(f"| {pub} | {m} | {len(g)} | {g['abs'].median():.1%} | {g['abs'].quantile(0.9):.1%} | "
+                         f"{g['rel_error'].median():+.1%} |")
         lines += ["", "| id | publication | metric | measured | predicted | error |", "|---|---|---|---|---|---|"]
         for _, r in out.iterrows():
             lines.append(f"| {r['id']} | {r['publication']} | {r['metric']} | {r['measured']:.4g} | "
@@ -145,7 +153,8 @@ def write_report(section: str, path: str):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--max-requests", type=int, default=500)
+    ap.add_argument("--max-requests", type=int, default=None, help="cap on simulated requests per row "
+                    "(default: as many as the benchmark sent)")
     ap.add_argument("--report", action="store_true", help="write the Load curves section of validation/REPORT.md")
     ap.add_argument("--csv", default=os.path.join(os.path.dirname(__file__), "load_curves.csv"))
     args = ap.parse_args()

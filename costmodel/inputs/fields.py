@@ -149,8 +149,9 @@ FIELDS: tuple[FieldSpec, ...] = (
        default_text="weight_dtype (fp16 for int8/int4 weights)"),
     _f("runtime", "text", None, "",
        "software stack: compiled (torch.compile / CUDA graphs), eager (HF transformers), vllm, trt-llm, "
-       "llama.cpp, mlc, or a runtime YAML path", default_text="compiled",
-       allowed_text="a runtime id or a path"),
+       "llama.cpp, mlc, or a runtime YAML path; an engine version after @ (vllm@0.6) selects that version's "
+       "host work and scheduler defaults", default_text="compiled",
+       allowed_text="a runtime id (optionally @VERSION) or a path"),
     _f("strategy", "choice", "autoregressive", "", "how tokens are generated", choices=STRATEGIES,
        aliases=(("ar", "autoregressive"), ("spec", "speculative"), ("shared", "shared_prefix"))),
     _f("draft_model", "text", None, "",

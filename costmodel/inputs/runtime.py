@@ -71,7 +71,30 @@ class Runtime:
     #: (llama.cpp: Q6_K output.weight in Q4_0 files); None = the body's format
     lm_head_bytes_per_weight_int4: float | None = None
     lm_head_bytes_per_weight_int8: float | None = None
+    #: engine version the profile describes (``runtime=vllm@0.6``; None: a profile without versions)
+    version: str | None = None
+    #: host seconds of one scheduler invocation that the device waits for (scheduling, input
+    #: preparation, output processing not overlapped with the pass); multi-step scheduling runs it once
+    #: per ``num_scheduler_steps`` decode steps. 0 for the current engines (their residue is in
+    #: ``step_overhead_s``)
+    host_step_s: float = 0.0
+    #: host seconds per running sequence per step that the device waits for (per-sequence output
+    #: processing on the critical path)
+    host_per_seq_s: float = 0.0
+    #: the engine's scheduler defaults (``SCHEDULER_KEYS``) as sorted (key, value) pairs; the serving
+    #: layer uses them for the workload fields not given. ``max_num_batched_tokens`` may be
+    #: ``max_model_len`` (the model's context, at least 2048: vLLM V0 without chunked prefill)
+    scheduler: tuple = ()
     sources: tuple = ()
+
+    def scheduler_default(self, key: str, fallback=None):
+        return dict(self.scheduler).get(key, fallback)
+
+    def host_s(self, seqs=1.0, steps_per_schedule=None):
+        """Host seconds a step waits for: host_step_s / N + host_per_seq_s · seqs, N the scheduler
+        steps per invocation (the version's default when not given)."""
+        n = steps_per_schedule or self.scheduler_default("num_scheduler_steps", 1)
+        return self.host_step_s / n + self.host_per_seq_s * seqs
 
     def spec_host_ops(self, method: str) -> float:
         return dict(self.spec_step_host_ops).get(method, 0.0)
@@ -101,14 +124,19 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
             "prefill_per_sequence", "gqa_attention")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
-KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL
+KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL + ("default_version", "versions")
+#: scheduler defaults a version may give (the serving workload fields of the same names)
+SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
+VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens")
 
 
-def parse_runtime(data, src: str) -> Runtime:
+def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
     """Validate one runtime mapping: unknown keys refused, each parameter a ``{value, source}`` pair
-    with its value in range."""
+    with its value in range. With ``versions``, the entry for ``version`` (the newest listed version
+    not above it; ``default_version`` when None) is applied on top of the base profile."""
     f = Fields(data, src)
     f.check_keys(KEYS)
+    vals_v, sources_v, vname = _version_entry(f, version)
     for k in NUMERIC + OPTIONAL:
         if isinstance(f.data.get(k), dict):
             f.sub(k).check_keys(("value", "source"))
@@ -168,8 +196,93 @@ def parse_runtime(data, src: str) -> Runtime:
         vals["prefill_chunk_tokens"] = chunk.num("value", min_value=1, max_value=1 << 24, allow_null=True,
                                                  required=False)
         sources.append(("prefill_chunk_tokens", chunk.text("source")))
+    vals.update(vals_v)
+    sources += sources_v
     return Runtime(id=f.text("id"), name=f.text("name"), uses_cuda_graphs=f.flag("uses_cuda_graphs"),
-                   fused_attention=f.flag("fused_attention"), sources=tuple(sources), **vals)
+                   fused_attention=f.flag("fused_attention"), sources=tuple(sources), version=vname, **vals)
+
+
+def _version_key(text: str, source: str, field: str) -> tuple:
+    """``0.6.3`` -> (0, 6, 3)."""
+    try:
+        key = tuple(int(p) for p in str(text).strip().split("."))
+    except ValueError:
+        key = ()
+    if not key or any(p < 0 for p in key):
+        raise InputError(f"not a version number: {str(text)[:40]!r}", source=source, field=field,
+                         allowed="dotted numbers, e.g. 0.6 or 0.6.3")
+    return key
+
+
+def _version_entry(f: Fields, version: str | None):
+    """(values, sources, version name) of the ``versions`` entry that ``version`` selects: the newest
+    listed version <= the requested one (``vllm@0.6.3`` -> 0.6); ``default_version`` when None."""
+    versions = f.data.get("versions")
+    if versions is None:
+        if version is not None:
+            raise InputError(f"runtime {f.data.get('id')!r} has no versions (asked for @{version})",
+                             source=f.source, field="runtime", allowed="the runtime id without @VERSION")
+        return {}, [], None
+    if not isinstance(versions, dict) or not versions:
+        raise InputError("must be a mapping of version to its entry", source=f.source, field="versions")
+    listed = sorted((_version_key(v, f.source, f"versions.{v}"), str(v)) for v in versions)
+    if version is None:
+        if "default_version" not in f.data:
+            raise InputError("a profile with versions names its default_version", source=f.source,
+                             field="default_version", allowed=", ".join(v for _, v in listed))
+        want = str(f.data["default_version"])
+        if want not in {v for _, v in listed}:
+            raise InputError(f"default_version {want!r} is not listed", source=f.source, field="default_version",
+                             allowed=", ".join(v for _, v in listed))
+    else:
+        key = _version_key(version, "runtime", "runtime")
+        below = [v for k, v in listed if k <= key]
+        if not below:
+            raise InputError(f"no profile for {f.data.get('id')}@{version}", field="runtime",
+                             allowed=", ".join(f"{f.data.get('id')}@{v}" for _, v in listed) + " (or later)")
+        want = below[-1]
+    e = Fields(versions[want], f.source, prefix=f"versions.{want}")
+    e.check_keys(VERSION_KEYS)
+    vals, sources = {}, [(f"version {want}", e.text("source"))]
+    for k, hi in (("host_step_s", 1.0), ("host_per_seq_s", 0.1)):
+        s = e.sub(k, required=False)
+        if s is not None:
+            s.check_keys(("value", "source"))
+            vals[k] = s.num("value", min_value=0, max_value=hi)
+            sources.append((k, s.text("source")))
+    s = e.sub("prefill_chunk_tokens", required=False)
+    if s is not None:
+        vals["prefill_chunk_tokens"] = s.num("value", min_value=1, max_value=1 << 24, allow_null=True, required=False)
+        sources.append(("prefill_chunk_tokens", s.text("source")))
+    s = e.sub("scheduler", required=False)
+    if s is not None:
+        s.check_keys(("value", "source"))
+        vals["scheduler"] = _scheduler(s)
+        sources.append(("scheduler", s.text("source")))
+    return vals, sources, want
+
+
+def _scheduler(s: Fields) -> tuple:
+    v = s.data.get("value")
+    if not isinstance(v, dict):
+        raise InputError("must be a mapping of scheduler setting to its default", source=s.source,
+                         field=f"{s.prefix}.value", allowed=", ".join(SCHEDULER_KEYS))
+    out = []
+    for k, x in v.items():
+        field = f"{s.prefix}.value.{k}"
+        if k not in SCHEDULER_KEYS:
+            raise InputError(f"unknown scheduler setting {k!r}", source=s.source, field=field,
+                             allowed=", ".join(SCHEDULER_KEYS))
+        if k == "chunked_prefill":
+            if not isinstance(x, bool):
+                raise InputError(f"must be true or false, got {x!r}", source=s.source, field=field)
+        elif k == "max_num_batched_tokens" and x == "max_model_len":
+            pass
+        elif isinstance(x, bool) or not isinstance(x, int) or not (1 <= x <= (1 << 20)):
+            raise InputError(f"must be a whole number in [1, 1048576], got {x!r}", source=s.source, field=field,
+                             allowed="max_model_len" if k == "max_num_batched_tokens" else None)
+        out.append((str(k), x))
+    return tuple(sorted(out))
 
 
 #: speculation methods a runtime can give per-step host work for: the draft kind of the record
@@ -207,12 +320,23 @@ def _group_size(s: Fields) -> int | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _load_path(path: str) -> Runtime:
-    return parse_runtime(load_yaml(path), path)
+def _load_path(path: str, version: str | None = None) -> Runtime:
+    return parse_runtime(load_yaml(path), path, version)
+
+
+def split_version(id_or_path) -> tuple:
+    """``vllm@0.6`` -> ('vllm', '0.6'); a path or an id without ``@`` -> (it, None)."""
+    s = str(id_or_path)
+    if "@" in s and "/" not in s and not s.endswith((".yaml", ".yml")):
+        base, _, ver = s.partition("@")
+        return base, ver.strip() or None
+    return id_or_path, None
 
 
 def load_runtime(id_or_path=None, field: str = "runtime") -> Runtime:
-    """Runtime id (``eager``, ``compiled``, ``vllm``, ``trt-llm``, ``llama.cpp``, ``mlc``) or a YAML path."""
+    """Runtime id (``eager``, ``compiled``, ``vllm``, ``trt-llm``, ``llama.cpp``, ``mlc``), optionally
+    with an engine version (``vllm@0.6``), or a YAML path."""
     if isinstance(id_or_path, Runtime):
         return id_or_path
-    return _load_path(str(resolve("runtimes", id_or_path or DEFAULT_RUNTIME, field)))
+    base, version = split_version(id_or_path or DEFAULT_RUNTIME)
+    return _load_path(str(resolve("runtimes", base, field)), version)

@@ -35,16 +35,30 @@ def split_fields(record, workload: dict | None = None):
             data[k] = int(max(1, round(dist[1] if dist and dist[0] in ("fixed", "lognormal")
                                       else (dist[1] + dist[2]) / 2 if dist else 512 if k == "prompt_len" else 128)))
     rec = parse_record(data)
-    if w.max_num_batched_tokens is None:
-        chunk = None
-        from costmodel.inputs.runtime import load_runtime
-        chunk = load_runtime(rec.runtime).prefill_chunk_tokens
-        w = w.replace(max_num_batched_tokens=int(chunk) if chunk else 8192)
+    w = engine_defaults(rec, w, given=set(wdata))
     if w.gamma_schedule and rec.strategy not in ("speculative", "tree"):
         raise InputError("gamma_schedule needs strategy=speculative or tree", field="gamma_schedule")
     if w.shared_prompt_len and w.max_num_batched_tokens < 1:
         raise InputError("max_num_batched_tokens must be positive", field="max_num_batched_tokens")
     return rec, w
+
+
+def engine_defaults(rec, w: Workload, given) -> Workload:
+    """The scheduler fields the workload does not give, from the runtime's engine version
+    (``runtime=vllm@0.6``: its ``scheduler`` defaults); ``max_num_batched_tokens`` falls back to the
+    runtime's prefill chunk, else 8192; ``max_model_len`` = the model's context, at least 2048."""
+    from costmodel.inputs.model import load_model
+    from costmodel.inputs.runtime import load_runtime
+    rt = load_runtime(rec.runtime)
+    new = {k: v for k, v in rt.scheduler if k not in given and (k != "max_num_batched_tokens" or
+                                                                  w.max_num_batched_tokens is None)}
+    if new.get("max_num_batched_tokens") == "max_model_len":
+        ctx = getattr(load_model(rec.model), "max_context", None) or 8192
+        new["max_num_batched_tokens"] = int(max(ctx, 2048))
+    if w.max_num_batched_tokens is None and "max_num_batched_tokens" not in new:
+        chunk = rt.prefill_chunk_tokens
+        new["max_num_batched_tokens"] = int(chunk) if chunk else 8192
+    return w.replace(**new) if new else w
 
 
 def _alpha(rec):

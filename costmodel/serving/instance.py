@@ -308,9 +308,9 @@ class Instance:
             lm += int(round(n_dec * gc.q_lm))
             pairs += n_dec * gc.p0 + gc.p1 * sl
             kv += n_dec * gc.k0 + gc.k1 * sl
-            extra = gc.extra_s(n_dec, sl / n_dec, costs.L_list)
+            extra = gc.extra_s(n_dec, sl / n_dec, costs.L_list) + costs.prompt_step_extra_s(len(chunks), True)
         else:
-            extra = costs.step_overhead_s
+            extra = costs.prompt_step_extra_s(len(chunks), False)
         dt = costs.table.time(tok, lm, pairs, kv) + extra
         if costs.draft_table is not None:
             dt += draft_s

@@ -46,7 +46,8 @@ class Simulation:
         self.events = []
         self.max_batched = w.max_num_batched_tokens
         max_ctx = float(np.max(reqs.prompt_len + reqs.gen_len)) if n else 64.0
-        self.costs = costs or StepCosts(rec, w.max_num_seqs, self.max_batched, max_ctx + 64)
+        self.costs = costs or StepCosts(rec, w.max_num_seqs, self.max_batched, max_ctx + 64,
+                                                 w.num_scheduler_steps)
         self.kv_capacity_tokens = self.costs.kv_capacity_tokens(self.max_batched)
         self._tau_cache = {}
         sched = w.gamma_schedule

@@ -10,7 +10,7 @@ E_γ(n, L) = evaluate's step_latency_s − the target's pass for n sequences at 
 of n = 1..max_num_seqs and L (linear interpolation in L; costs are linear in L between regime
 changes): the draft passes, draft↔target transfers and per-step host overheads, exactly as
 ``costmodel.evaluate`` prices them. A step with no decoding sequence pays the runtime's
-``step_overhead_s`` as a prefill does. So at low load a request sees evaluate's ttft_s and
+``step_overhead_s`` as a prefill does (plus an engine version's host work, ``prompt_step_extra_s``). So at low load a request sees evaluate's ttft_s and
 time_per_output_token_s.
 
 Per decoding sequence the target pass takes the strategy's own verification shape
@@ -80,7 +80,7 @@ class GammaCosts:
         tok = np.broadcast_to(np.rint(nn * self.q_tok).astype(np.int64), step.shape)
         lm = np.broadcast_to(np.rint(nn * self.q_lm).astype(np.int64), step.shape)
         v = sc.table.times(tok, lm, nn * (self.p0 + self.p1 * Lb), nn * (self.k0 + self.k1 * Lb))
-        self.E = np.maximum(step - v, 0.0)
+        self.E = np.maximum(step - v, 0.0) + sc.host_decode_adjust_s
         self.E_rows = [row.tolist() for row in self.E]
         tps = np.ravel(res["tokens_per_step"])
         self.tree_tau = float(tps[0]) if r.strategy == "tree" else None
@@ -111,7 +111,8 @@ class GammaCosts:
 class StepCosts:
     """Everything the event loop needs from the engine for one deployment (one instance)."""
 
-    def __init__(self, rec: Record, max_num_seqs: int, max_tokens: int, max_context: float):
+    def __init__(self, rec: Record, max_num_seqs: int, max_tokens: int, max_context: float,
+                 num_scheduler_steps: int | None = None):
         self.rec = rec.replace(batch_sync="ragged")
         if rec.strategy == "shared_prefix":
             raise InputError("serving runs independent requests; give shared_prompt_len for a common "
@@ -128,8 +129,25 @@ class StepCosts:
         top = max(float(max_context) * 1.05, 64.0)
         self.L_grid = np.unique(np.concatenate([np.geomspace(2.0, top, L_GRID_POINTS), [top]]))
         self.L_list = self.L_grid.tolist()
-        self.step_overhead_s = float(self.ex.rt.step_overhead_s)
+        rt = self.ex.rt
+        self.step_overhead_s = float(rt.step_overhead_s)
+        # the engine version's host work (Runtime.host_s): evaluate's decoding step holds
+        # host_step_s / N_version; under a workload's own N it is host_step_s / N, and a step that
+        # schedules prompts is a scheduler invocation of its own (host_step_s whole)
+        n_rt = rt.scheduler_default("num_scheduler_steps", 1)
+        self.n_steps = int(num_scheduler_steps or n_rt)
+        self.host_step_s = float(rt.host_step_s)
+        self.host_per_seq_s = float(rt.host_per_seq_s)
+        self.host_decode_adjust_s = self.host_step_s * (1.0 / self.n_steps - 1.0 / n_rt)
         self._gammas: dict = {}
+
+    def prompt_step_extra_s(self, n_chunks: int, with_decoders: bool) -> float:
+        """Host and fixed overheads of a step that schedules ``n_chunks`` prompt chunks: alone,
+        step_overhead_s + host_step_s + host_per_seq_s · n_chunks; beside decoders (whose E already
+        holds step_overhead_s and host_step_s / N), the rest of the invocation and the chunks' share."""
+        if with_decoders:
+            return self.host_step_s * (1.0 - 1.0 / self.n_steps) + self.host_per_seq_s * n_chunks
+        return self.step_overhead_s + self.host_step_s + self.host_per_seq_s * n_chunks
 
     def gamma_costs(self, gamma: int) -> GammaCosts:
         g = self._gammas.get(gamma)

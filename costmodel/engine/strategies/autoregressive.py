@@ -20,7 +20,7 @@ def ar_decode_pass(ctx: Ctx, B=None, P=None):
 def ar_step(ctx: Ctx, B=None, P=None):
     """The decoding step's Cost alone (evaluate's baseline for speedup_vs_ar needs nothing else):
     :func:`ar_decode_pass` plus the runtime's per-step overhead."""
-    return with_step_overhead(ar_decode_pass(ctx, B, P), ctx.ex)
+    return with_step_overhead(ar_decode_pass(ctx, B, P), ctx.ex, seqs=ctx.B if B is None else B)
 
 
 def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
@@ -30,7 +30,7 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     P = ctx.P if P is None else np.asarray(P, dtype=float)
     L = P + ctx.G / 2.0
     decode = ar_decode_pass(ctx, B, P)
-    step = with_step_overhead(decode, ex)
+    step = with_step_overhead(decode, ex, seqs=B)
     target = memory.target_breakdown(ex, B * (P + ctx.G), [memory.prefill_footprint(ex, B, P),
                                                            (B, B, B * (L + 1))], seqs=B)
     prefill = prefill_cost(ctx, B, P)

@@ -95,10 +95,15 @@ def spec_step_host_s(ex: Exec, method: str):
     return rt.spec_host_ops(method) * rt.host_per_kernel_s + rt.spec_syncs(method) * sync_s + rt.spec_step_overhead_s
 
 
-def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None) -> Cost:
-    """``cost`` plus the runtime's per-step host work: ``step_overhead_s`` for every step, and for a
-    speculative or tree step of ``method`` also :func:`spec_step_host_s`."""
-    seconds = ex.rt.step_overhead_s if method is None else ex.rt.step_overhead_s + spec_step_host_s(ex, method)
+def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None, seqs=1.0, prefill: bool = False) -> Cost:
+    """``cost`` plus the runtime's per-step host work: ``step_overhead_s`` for every step, the engine
+    version's host work the device waits for (``Runtime.host_s``: host_step_s / N + host_per_seq_s ·
+    seqs, N = its scheduler steps per invocation; a prefill is a scheduler invocation of its own,
+    N = 1), and for a speculative or tree step of ``method`` also :func:`spec_step_host_s`."""
+    rt = ex.rt
+    seconds = rt.step_overhead_s if method is None else rt.step_overhead_s + spec_step_host_s(ex, method)
+    if rt.host_step_s or rt.host_per_seq_s:
+        seconds = seconds + rt.host_s(np.asarray(seqs, dtype=float), 1 if prefill else None)
     return cost + overhead_cost(np.broadcast_to(seconds, np.shape(cost.time_s)),
                                 np.shape(cost.time_s))
 
@@ -116,10 +121,11 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
     chunk = ctx.ex.rt.prefill_chunk_tokens
     if chunk is None:
         cost = pass_cost(shape, ctx.ex)
-        return with_step_overhead(cost if repeats is None else cost.scale(repeats), ctx.ex)
+        return with_step_overhead(cost if repeats is None else cost.scale(repeats), ctx.ex, seqs=B, prefill=True)
     n = np.ceil(shape.tokens / chunk)
     per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
                     lm_tokens=shape.lm_tokens / n, seqs=shape.seqs)
-    return with_step_overhead(pass_cost(per, ctx.ex).scale(n if repeats is None else n * repeats), ctx.ex)
+    return with_step_overhead(pass_cost(per, ctx.ex).scale(n if repeats is None else n * repeats), ctx.ex,
+                              seqs=B, prefill=True)
 
 

@@ -49,7 +49,7 @@ def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
     Ps = prefix_len(ctx)
     shape = branch_shape(ctx, ctx.rec.attention_kernel)
     decode = pass_cost(shape, ex)
-    step = with_step_overhead(decode, ex)
+    step = with_step_overhead(decode, ex, seqs=ctx.B)
     U_peak = ctx.L_peak - Ps
     stored = B * (Ps + n * U_peak)
     target = memory.target_breakdown(ex, stored, [memory.prefill_footprint(ex, B, ctx.P),

@@ -142,7 +142,7 @@ def speculative(ctx: Ctx, draft) -> Outcome:
         Bh = np.maximum(np.ceil(B / 2.0), 1.0)
         halves = (draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L, B=Bh),
                   pass_cost(decode_shape(Bh, g + 1.0, L), ex), link_transfer(ctx, g, B=Bh))
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, spec_method(ctx.rec.draft_model))
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, spec_method(ctx.rec.draft_model), seqs=ctx.B)
     tps = tokens_per_step(ctx, g)
     # target KV holds the context plus γ+1 speculative slots per sequence
     kv_tokens = B * (ctx.L_peak + g + 1.0)

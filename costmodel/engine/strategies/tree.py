@@ -215,7 +215,8 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
                               extra_ops=[eagle_fuse_op(d_ex, t)] if kind == "eagle" else [])
             dcost = dcost + pass_cost(shape, d_ex)
             widest = max(widest, float(n_d))
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex, spec_method(ctx.rec.draft_model))
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex,
+                              spec_method(ctx.rec.draft_model), seqs=ctx.B)
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
                                                           (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)

@@ -1,0 +1,100 @@
+"""Engine versions in runtime profiles (``runtime=vllm@0.6``): selection, host work, scheduler defaults.
+
+Expected values are the YAML's sourced figures with the arithmetic written out:
+vllm@0.5 host_step_s = 0.62 × 13 ms = 8.06 ms ≈ 8.1 ms; vllm@0.6 host_step_s = 0.29 × 13 ms ≈ 3.8 ms;
+the default version (V1, 0.8) adds nothing, so bare ``vllm`` keeps its numbers."""
+
+import pytest
+
+import costmodel
+from costmodel.errors import InputError
+from costmodel.inputs.runtime import load_runtime, parse_runtime
+
+BASE = {"model": "llama-3-8b", "hardware": "h100-sxm", "batch_size": 1, "prompt_len": 512, "gen_len": 128}
+
+
+def _eval(runtime, **kw):
+    return costmodel.evaluate(dict(BASE, runtime=runtime, **kw))
+
+
+@pytest.mark.parametrize("asked, picked", [("0.5", "0.5"), ("0.5.3", "0.5"), ("0.6", "0.6"), ("0.6.3", "0.6"),
+                                           ("0.7", "0.6"), ("0.8", "0.8"), ("0.11", "0.8"), ("1.0", "0.8")])
+def test_newest_listed_version_not_above_the_one_asked(asked, picked):
+    assert load_runtime(f"vllm@{asked}").version == picked
+
+
+def test_bare_id_is_the_default_version_and_adds_no_host_work():
+    rt = load_runtime("vllm")
+    assert rt.version == "0.8" and rt.host_step_s == 0.0 and rt.host_per_seq_s == 0.0
+    assert _eval("vllm") == _eval("vllm@0.8")
+
+
+@pytest.mark.parametrize("bad, words", [("vllm@0.4", "no profile for vllm@0.4"), ("trt-llm@0.9", "has no versions"),
+                                        ("vllm@x.y", "not a version number")])
+def test_bad_versions_are_input_errors(bad, words):
+    with pytest.raises(InputError, match=words):
+        load_runtime(bad)
+
+
+@pytest.mark.parametrize("version, host_s", [("0.5", 0.0081), ("0.6", 0.0038)])
+def test_evaluate_adds_the_version_host_work_to_every_step_and_the_prefill(version, host_s):
+    """Batch 1, single-step scheduling: each decoding step and the prefill (a scheduler invocation of
+    its own) wait host_step_s longer than under the default version."""
+    base, v = _eval("vllm"), _eval(f"vllm@{version}")
+    assert v["time_per_output_token_s"] - base["time_per_output_token_s"] == pytest.approx(host_s, abs=1e-12)
+    assert v["ttft_s"] - base["ttft_s"] == pytest.approx(host_s, abs=1e-12)
+
+
+def test_serving_takes_the_version_scheduler_defaults():
+    """vLLM 0.6 (V0): chunked prefill off, max_num_batched_tokens = max(max_model_len, 2048):
+    llama-3-8b 8192, llama-3.1-8b 131072; given workload fields win."""
+    from costmodel.serving.api import split_fields
+    _, w = split_fields({"model": "llama-3-8b", "hardware": "h100-sxm", "runtime": "vllm@0.6"})
+    assert (w.chunked_prefill, w.max_num_batched_tokens, w.max_num_seqs, w.num_scheduler_steps) == (False, 8192, 256, 1)
+    _, w = split_fields({"model": "llama-3.1-8b", "hardware": "h100-sxm", "runtime": "vllm@0.6"})
+    assert w.max_num_batched_tokens == 131072
+    _, w = split_fields({"model": "llama-3.1-8b", "hardware": "h100-sxm", "runtime": "vllm@0.6"},
+                        {"chunked_prefill": "true", "max_num_batched_tokens": 4096, "max_num_seqs": 64})
+    assert (w.chunked_prefill, w.max_num_batched_tokens, w.max_num_seqs) == (True, 4096, 64)
+    _, w = split_fields({"model": "llama-3-8b", "hardware": "h100-sxm", "runtime": "vllm"})
+    assert (w.chunked_prefill, w.max_num_batched_tokens, w.max_num_seqs) == (True, 8192, 256)
+
+
+def test_multi_step_scheduling_amortises_the_host_work_under_load():
+    """One request alone (no queueing): TPOT over the default version grows by host_step_s per step
+    single-step (3.8 ms) and by host_step_s / 10 = 0.38 ms with num_scheduler_steps=10; the first
+    token's prefill step pays the whole 3.8 ms either way."""
+    kw = dict(request_rate=0.01, num_requests=1, prompt_len=512, gen_len=101)
+    rec = {"model": "llama-3-8b", "hardware": "h100-sxm"}
+    r0 = costmodel.serve(dict(rec, runtime="vllm"), **kw)
+    r1 = costmodel.serve(dict(rec, runtime="vllm@0.6"), **kw)
+    r10 = costmodel.serve(dict(rec, runtime="vllm@0.6"), num_scheduler_steps=10, **kw)
+    assert r1["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.0038, abs=1e-9)
+    assert r10["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.00038, abs=1e-9)
+    assert r1["ttft_s"]["mean"] - r0["ttft_s"]["mean"] == pytest.approx(0.0038, abs=1e-9)
+
+
+def _profile(versions, default="1.0"):
+    d = {"id": "x", "name": "x", "uses_cuda_graphs": True, "fused_attention": True, "default_version": default,
+         "versions": versions}
+    for k in ("kernels_per_layer", "kernels_per_pass", "host_per_kernel_s", "step_overhead_s",
+              "memory_overhead_bytes"):
+        d[k] = {"value": 0.0, "source": "test"}
+    for k in ("bandwidth_efficiency", "compute_efficiency"):
+        d[k] = {"value": 1.0, "source": "test"}
+    return d
+
+
+def test_version_entries_are_validated():
+    ok = {"1.0": {"source": "s", "host_step_s": {"value": 0.002, "source": "s"},
+                  "scheduler": {"value": {"chunked_prefill": False, "max_num_seqs": 128}, "source": "s"}}}
+    rt = parse_runtime(_profile(ok), "t.yaml")
+    assert rt.host_step_s == 0.002 and rt.scheduler_default("max_num_seqs") == 128
+    assert rt.host_s(seqs=4, steps_per_schedule=4) == pytest.approx(0.0005)
+    for bad, words in ((({"1.0": {"source": "s", "host_step_s": {"value": -1, "source": "s"}}}), "host_step_s"),
+                       (({"1.0": {"source": "s", "scheduler": {"value": {"max_num_seq": 1}, "source": "s"}}}),
+                        "unknown scheduler setting"),
+                       (({"1.0": {"source": "s", "speed": 1}}), "unknown field"),
+                       (({"2.0": {"source": "s"}}), "default_version")):
+        with pytest.raises(InputError, match=words):
+            parse_runtime(_profile(bad), "t.yaml")
