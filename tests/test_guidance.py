@@ -88,7 +88,8 @@ def test_plan_names_the_draft_model_when_it_is_the_bottleneck():
     # 138 GB / 8 = 17 GB per device: ≈ 5 ms at peak. The draft is most of the step at any device count.
     from costmodel import plan
     out = plan(dict(model="llama-2-70b", hardware="h100-sxm", batch_size=1, prompt_len=512, strategy="speculative",
-                    draft_model="llama-2-7b", gamma=5, acceptance_rate=0.6, target_time_per_output_token_s=0.008))
+                    draft_model="llama-2-7b", gamma=5, acceptance_rate=0.6, target_time_per_output_token_s=0.008,
+                    draft_tensor_parallel=1))
     assert not out["feasible"]
     assert out["binding_constraint"] == "draft_model"
     assert out["draft_time_per_step_s"] > 0.5 * out["step_latency_s"]

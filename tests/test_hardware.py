@@ -10,7 +10,7 @@ IDS = ("t4", "a10g", "l4", "l40s", "v100", "a100-40gb", "a100-80gb", "h100-sxm",
        "rtx-4090", "orin-agx-64gb", "orin-agx-32gb", "mi250x", "mi300x")
 
 
-def test_every_design_id_exists_and_carries_sources():
+def test_every_listed_hardware_id_exists_and_carries_sources():
     assert set(IDS) <= set(zoo_ids("hardware_specs"))
     for i in IDS:
         h = load_hardware(i)

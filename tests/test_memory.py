@@ -4,6 +4,8 @@ Llama-2-7B: 32 layers, d_model 4096, 32 heads of 128 (no GQA), d_ff 11008, vocab
 fp16 KV of one token in one layer on one device: 2 (K, V) · 32 heads · 128 · 2 B = 16,384 B.
 """
 
+import os
+
 import pytest
 
 from costmodel import evaluate
@@ -111,3 +113,79 @@ def test_tree_self_draft_keeps_its_kv_on_the_target_device():
         assert r["memory_draft_kv_bytes"] == 32 * 256 * 32 * 16_384 == 4_294_967_296
         parts = sum(v for k, v in r.items() if k.startswith("memory_") and k.endswith("_bytes"))
         assert r["peak_device_memory_bytes"] == parts
+
+
+# --------------------------------------------------------------------------- the unit models
+# unit-model (tests/data): 2 layers, 2 KV heads of 16 → fp16 KV 2·2·16·2 = 128 B per token per layer,
+# 256 B per token; 202,048 parameters (404,096 B in fp16). unit-draft: 1 layer, 1 KV head of 16 →
+# 2·1·16·2 = 64 B per token; 73,312 parameters: 32·(32 + 2·16) + 32·32 + 3·32·64 + 2·32 = 9,280 in its
+# layer, 1000·32 embedding, 1000·32 LM head, 32 final norm
+UD = os.path.join(os.path.dirname(__file__), "data")
+UNIT = dict(model=f"{UD}/unit-model.yaml", hardware=f"{UD}/unit-hw.yaml", runtime=f"{UD}/unit-rt.yaml",
+            batch_size=2, prompt_len=100, gen_len=20)
+UNIT_DRAFT = f"{UD}/unit-draft.yaml"
+
+
+def test_speculative_draft_model_memory_by_hand():
+    r = evaluate(dict(UNIT, strategy="speculative", draft_model=UNIT_DRAFT, gamma=3, acceptance_rate=0.5))
+    # target: context 120 + γ + 1 = 4 speculative slots per sequence; draft: context + γ = 123
+    assert r["memory_target_kv_bytes"] == 2 * 124 * 256 == 63_488
+    assert r["memory_draft_kv_bytes"] == 2 * 123 * 64 == 15_744
+    assert r["memory_draft_weights_bytes"] == 73_312 * 2 == 146_624
+    assert r["kv_cache_bytes"] == 63_488 + 15_744
+    assert r["weights_bytes"] == 404_096 + 146_624
+    # the largest pass is the 200-token prefill: 200·(2·64 + (64 + 2·32) + 64 + 3·128)·2 B + 2 logits·1000·4 B
+    assert r["memory_activations_bytes"] == 200 * 704 * 2 + 2 * 1000 * 4 == 289_600
+    assert r["peak_device_memory_bytes"] == 404_096 + 63_488 + 289_600 + 146_624 + 15_744
+
+
+def test_speculative_under_pipeline_parallel_by_hand():
+    # pp = 2: each device holds one of the 2 layers, 128 B of KV per token, and half the weights; the
+    # draft (one device of its own size) is not split
+    r = evaluate(dict(UNIT, n_devices=2, pipeline_parallel=2, strategy="speculative", draft_model=UNIT_DRAFT,
+                      gamma=3, acceptance_rate=0.5))
+    assert r["memory_target_kv_bytes"] == 2 * 124 * 128 == 31_744
+    assert r["memory_target_weights_bytes"] == 404_096 / 2
+    assert r["memory_draft_kv_bytes"] == 2 * 123 * 64
+    # the cache over all devices: both stages' target KV and the draft's
+    assert r["kv_cache_bytes"] == 2 * 31_744 + 2 * 123 * 64
+
+
+def test_tree_scratch_and_draft_kv_by_hand():
+    # width 2, depth 2: 6 nodes + the root = 7 verified slots per sequence, 256 B each; the draft model
+    # keeps KV for the 120-token context (no speculative slots: the tree's nodes are scratch)
+    r = evaluate(dict(UNIT, strategy="tree", draft_model=UNIT_DRAFT, tree_width=2, tree_depth=2, acceptance_rate=0.6))
+    assert r["memory_tree_scratch_bytes"] == 2 * 7 * 256 == 3_584
+    assert r["memory_target_kv_bytes"] == 2 * 120 * 256 == 61_440
+    assert r["memory_draft_kv_bytes"] == 2 * 120 * 64 == 15_360
+    assert r["kv_cache_bytes"] == 61_440 + 3_584 + 15_360
+    # under pp = 2 the scratch, like the cache, holds one layer per device: 2·7·128 B
+    r2 = evaluate(dict(UNIT, n_devices=2, pipeline_parallel=2, strategy="tree", draft_model=UNIT_DRAFT,
+                       tree_width=2, tree_depth=2, acceptance_rate=0.6))
+    assert r2["memory_tree_scratch_bytes"] == 2 * 7 * 128
+    assert r2["kv_cache_bytes"] == 2 * (2 * 120 * 128 + 2 * 7 * 128) + 15_360
+
+
+def test_kv_dtype_sets_the_bytes_per_cached_token():
+    # fp8: 1 B per element: 64 B per token per layer; int4: 0.5 B + fp16 scale and zero per 128
+    # elements (0.53125 B); fp32: 4 B
+    for kv_dtype, per_element in (("fp16", 2.0), ("fp8", 1.0), ("int8", 1.0), ("int4", 0.53125), ("fp32", 4.0)):
+        r = evaluate(dict(UNIT, kv_dtype=kv_dtype))
+        per_token = 2 * 2 * 2 * 16 * per_element          # layers · (K, V) · kv_heads · head_dim · bytes
+        assert r["kv_bytes_per_token"] == per_token, kv_dtype
+        assert r["memory_target_kv_bytes"] == 2 * 120 * per_token, kv_dtype
+    # the default KV dtype is the activation dtype: fp16 for int4 weights
+    assert evaluate(dict(UNIT, weight_dtype="int4"))["kv_bytes_per_token"] == 256
+
+
+def test_unfused_attention_holds_the_score_block(tmp_path):
+    # an unfused kernel materialises one layer's fp32 scores: 4 B · 4 heads · pairs; the prefill stores
+    # the whole P × P block of each prompt (the causal half is masked, not skipped): 2·100·100 = 20,000
+    # pairs, the largest block (the decode step has 2·111 = 222)
+    rt = open(f"{UD}/unit-rt.yaml").read().replace("fused_attention: true", "fused_attention: false")
+    p = tmp_path / "unfused.yaml"
+    p.write_text(rt)
+    r = evaluate(dict(UNIT, runtime=str(p)))
+    assert r["memory_attention_scores_bytes"] == 4 * 4 * 20_000
+    # and the prefill's scores are written and read once more: unfused ≥ fused
+    assert r["ttft_s"] > evaluate(UNIT)["ttft_s"]

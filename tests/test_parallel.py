@@ -293,3 +293,64 @@ def test_hardware_link_fields_unchanged_by_replace():
     # guard for the helpers above: a hardware copy with 4 devices per node moves TP8 onto the network
     small = dataclasses.replace(A100, devices_per_node=4)
     assert tp_link(small, 8) is small.network and tp_link(small, 4) is small.scale_up
+
+
+# ----------------------------------------------------------------------------- device layout, by hand
+# A100 nodes hold 8 devices; a target's devices are numbered stage-major (stage s: s·tp … s·tp + tp − 1).
+
+def test_tp_group_link_crosses_a_node_only_where_a_stage_does():
+    assert tp_link(A100, 1, 4) is NV
+    assert tp_link(A100, 3, 2) is NV            # stages 0–2 and 3–5
+    assert tp_link(A100, 3, 3) is NET           # stage 2 is devices 6, 7, 8: device 8 is on node 1
+    assert tp_link(A100, 2, 8) is NV            # every pair (2s, 2s + 1) sits in one node
+    assert tp_link(A100, 16) is NET             # the default pp = 1: one group of 16 spans two nodes
+    assert tp_link(A100, 8) is NV
+
+
+def test_pipeline_boundaries_and_return_link_by_hand():
+    # tp = 3, pp = 3: boundary 1 pairs (0,3), (1,4), (2,5) inside node 0; boundary 2 pairs (3,6), (4,7),
+    # (5,8): device 8 is on node 1. The ids go back from the last stage (6, 7, 8) to (0, 1, 2): network
+    assert pp_boundary_links(A100, 3, 3) == [NV, NET]
+    from costmodel.engine.parallel import pp_return_link
+    assert pp_return_link(A100, 3, 3) is NET
+    assert pp_return_link(A100, 2, 4) is NV     # devices 6, 7 back to 0, 1
+    # tp = 2, pp = 8: boundary 5 (stage 4 → 5) pairs (8, 10), (9, 11), both on node 1
+    links = pp_boundary_links(A100, 2, 8)
+    assert links == [NV, NV, NV, NET, NV, NV, NV]
+
+
+def test_pipeline_schedule_defaults_to_one_micro_batch():
+    # m = 1 and no hand-off by default: T_step = pp · T_stage, bubble (pp − 1)/pp
+    assert pipeline_step_latency_s(0.01, 4) == pytest.approx(0.04)
+    assert pipeline_bubble_fraction(0.01, 4) == pytest.approx(0.75)
+
+
+def test_divisors_by_hand():
+    assert divisors(16) == [1, 2, 4, 8, 16]
+    assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
+    assert divisors(1) == [1]
+    assert all(type(d) is int for d in divisors(12))
+
+
+def test_kv_transfer_between_instances_by_hand():
+    from costmodel.engine.parallel import kv_transfer_link, kv_transfer_s
+    # prefill and decode instances of 2 devices each fit one node (4 ≤ 8): scale-up, and each device
+    # sends its half of the 1 GB cache: 3.14 µs + 0.5e9 / 300e9
+    assert kv_transfer_link(A100, 2) is NV
+    assert kv_transfer_s(1e9, A100, 2) == pytest.approx(NV.latency_s + 0.5e9 / NV.bandwidth_bytes_per_s, rel=1e-12)
+    # instances of tp 4 × pp 2 = 8 devices: 16 devices do not fit a node; 1/8 of the cache each
+    assert kv_transfer_link(A100, 8) is NET
+    assert kv_transfer_s(1e9, A100, 4, 2) == pytest.approx(NET.latency_s + 1.25e8 / NET.bandwidth_bytes_per_s,
+                                                          rel=1e-12)
+
+
+def test_active_weights_per_device_by_hand():
+    # tests/data/unit-model: per layer 64·(64 + 2·32) + 64·64 attention + 3·64·128 FFN = 36,864
+    # weights a token multiplies through, 2 layers, plus the 1000·64 LM head: 137,728 · 2 B (fp16);
+    # tp = 2 halves them
+    import os
+    d = os.path.join(os.path.dirname(__file__), "data")
+    kw = dict(model=f"{d}/unit-model.yaml", hardware=f"{d}/unit-hw.yaml", runtime=f"{d}/unit-rt.yaml",
+              batch_size=1, prompt_len=10)
+    assert memory.active_weights_bytes_device(build_exec(parse_record(kw))) == 137_728 * 2
+    assert memory.active_weights_bytes_device(build_exec(parse_record(dict(kw, n_devices=2)))) == 137_728

@@ -76,7 +76,7 @@ def test_calibration_bounds_are_physical():
             assert 0 < lo and hi <= 1.0, name
 
 
-def test_issue_example_no_longer_beats_the_bandwidth_floor():
+def test_batch_64_h100_step_no_longer_beats_the_bandwidth_floor():
     """Llama-2-7B fp16 on one H100 SXM, TRT-LLM, batch 64 at prompt 4096: the step reads
     13.48 GB of weights + 64 · (4096 + 64) · 0.5 MiB of KV = 153.2 GB (the engine's figure);
     at the 3.35 TB/s datasheet that is 153.2e9 / 3.35e12 = 45.7 ms, so the step must take at least that

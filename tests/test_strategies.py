@@ -1,4 +1,5 @@
-"""Speculative, tree and shared-prefix strategies through the public API."""
+"""Speculative, tree and shared-prefix strategies through the public API (hand-computed step times:
+tests/test_step_times.py)."""
 
 import glob
 import json

@@ -163,10 +163,13 @@ def _explain(row: dict, why: str, targets: dict, draft: str | None) -> str:
                 f"{row['usable_memory_bytes'] / 1e9:.1f} GB per device")
     text = _fmt_miss(row, targets) if targets else ""
     if why == "draft_model":
+        dtp = row.get("draft_tensor_parallel", 1)
+        where = "one device" if dtp == 1 else f"{dtp} devices (draft_tensor_parallel={dtp})"
         d = (f"the draft model {draft} takes {row['draft_time_per_step_s'] * 1e3:.3g} ms of the "
-             f"{row['step_latency_s'] * 1e3:.3g} ms step; draft passes run on one device, so more devices for "
-             f"the target do not shorten them: a smaller draft or a lower gamma does, and "
-             f"draft_placement=separate_device with draft_schedule=overlap can hide them")
+             f"{row['step_latency_s'] * 1e3:.3g} ms step at gamma {row.get('gamma', '?')}; its passes run on "
+             f"{where}, so more devices for the target do not shorten them: draft_tensor_parallel up to the "
+             f"target's devices, a smaller draft or a lower gamma does, and draft_placement=separate_device "
+             f"with draft_schedule=overlap can hide them")
         text = f"{text}; {d}" if text else d
     return text
 
@@ -210,8 +213,9 @@ def _device_candidates(rec_fields: dict, parallelism: str, max_devices: int) -> 
         tp = rec_fields.get("tensor_parallel")
         pp = int(str(rec_fields.get("pipeline_parallel") or 1).strip())
         return [(int(str(tp).strip()) if tp not in (None, "") else n // pp, pp)]
-    ex = build_exec(parse_record(dict(rec_fields, batch_size=1, n_devices=1, tensor_parallel=None,
-                                      pipeline_parallel=None)))
+    from costmodel.analysis.plan_spec import with_default_gamma
+    ex = build_exec(parse_record(with_default_gamma(dict(rec_fields, batch_size=1, n_devices=1, tensor_parallel=None,
+                                                         pipeline_parallel=None, draft_tensor_parallel=None))))
     m = ex.model
     pps = [1] if parallelism == "tp" else divisors(m.n_layers)
     cands = [(tp, pp) for tp in divisors(m.n_heads) for pp in pps if tp * pp <= max_devices]
@@ -224,9 +228,19 @@ def _config(rec_fields, tp, pp):
 
 
 def _try(rec_fields: dict, targets: dict, tp: int, pp: int, batch_fixed: bool, max_batch: int) -> dict:
-    """Evaluate one (tp, pp): at the given batch, or at the largest feasible batch."""
-    cfg = _config(rec_fields, tp, pp)
+    """Evaluate one (tp, pp): at the given batch, or at the largest feasible batch; a chain's γ and a
+    draft model's tensor parallelism tuned for it when the record leaves them open
+    (:mod:`costmodel.analysis.plan_spec`)."""
+    from costmodel.analysis.plan_spec import tune
+    cfg, tuned = tune(_config(rec_fields, tp, pp), lambda res: np.asarray(res["fits"], dtype=bool) & _meets(res, targets),
+                      batch_fixed, max_batch)
     row = {"n_devices": tp * pp, "tensor_parallel": tp, "pipeline_parallel": pp}
+    if str(cfg.get("strategy", "")).strip().lower() in ("speculative", "spec"):
+        from costmodel.analysis.plan_spec import with_default_gamma
+        row["gamma"] = int(float(with_default_gamma(cfg).get("gamma") or 4))
+        row["draft_tensor_parallel"] = int(float(cfg.get("draft_tensor_parallel") or 1))
+    if tuned:
+        row["tuned"] = tuned
     if batch_fixed:
         res = evaluate(cfg)
         row["batch_size"] = int(str(cfg["batch_size"]).strip())
@@ -303,7 +317,27 @@ def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch, with_mar
                          "one device suffices") + f"; its step time is bound by {out['binding_constraint']}"
         if out["binding_constraint"] == "draft_model":
             out["reason"] += f" ({_explain(answer, 'draft_model', {}, draft)})"
+    if out.get("binding_constraint") != "draft_model" and draft and _draft_share(answer) > DRAFT_BOTTLENECK_SHARE:
+        # the draft dominates the chosen step: it, not the target, bounds the time per token (and so the
+        # device count whenever that was set by a time target rather than by memory or the batch limit)
+        out["step_bound_by"] = "draft_model"
+        if out.get("binding_constraint") not in ("memory_capacity", "max_batch"):
+            out["binding_constraint"] = "draft_model"
+        out["reason"] += f"; the draft binds the step: {_explain(answer, 'draft_model', {}, draft)}"
+    _speculation_note(out, answer)
     return _finish(out, tried, targets)
+
+
+def _speculation_note(out: dict, answer: dict) -> None:
+    """Say what was tuned, and when speculation loses to plain decoding on the chosen configuration."""
+    if "tuned" in answer:
+        chosen = ", ".join(f"{k}={answer[k]} (of {v[0]}..{v[-1]})" for k, v in answer["tuned"].items())
+        out["reason"] += f"; tuned for this batch: {chosen}"
+    sp = answer.get("speedup_vs_ar")
+    if sp is not None and sp < 1.0:
+        out["note_speculation"] = (f"speculation is slower than plain decoding here (speedup {sp:.2f}): at batch "
+                                   f"{answer.get('batch_size')} the draft passes and the verification of the extra "
+                                   f"tokens cost more than the accepted tokens save; try strategy=autoregressive")
 
 
 def _fmt_miss(row, targets) -> str:
@@ -317,10 +351,10 @@ def _fmt_miss(row, targets) -> str:
 def _finish(out, tried, targets) -> dict:
     out = {k: v for k, v in out.items() if k != "why_not"}
     out["targets"] = dict(targets)
-    out["candidates"] = [{k: r.get(k) for k in ("n_devices", "tensor_parallel", "pipeline_parallel", "batch_size",
-                                                 "fits", "meets_target", "feasible", "time_per_output_token_s",
-                                                 "tokens_per_s", "peak_device_memory_bytes", "bound", "why_not")}
-                         for r in tried]
+    keys = ("n_devices", "tensor_parallel", "pipeline_parallel", "batch_size", "fits", "meets_target", "feasible",
+            "time_per_output_token_s", "tokens_per_s", "peak_device_memory_bytes", "bound", "why_not")
+    out["candidates"] = [dict({k: r.get(k) for k in keys},
+                              **{k: r[k] for k in ("gamma", "draft_tensor_parallel") if k in r}) for r in tried]
     return out
 
 
@@ -387,7 +421,8 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
         if rec_fields.get(req) in (None, ""):
             raise InputError("missing required field", field=req)
     # validate everything else once (unknown fields, bad values) before searching
-    probe = dict(rec_fields, hardware=hws[0])
+    from costmodel.analysis.plan_spec import with_default_gamma
+    probe = with_default_gamma(dict(rec_fields, hardware=hws[0]))
     probe.setdefault("batch_size", 1)
     parse_record({k: v for k, v in probe.items() if v not in (None, "")})
 

@@ -68,11 +68,12 @@ ENVELOPE_BASE = "a100-80gb"
 FIT_SHARE = 0.75
 STRATEGY_FIELDS = ("strategy", "draft_model", "gamma", "acceptance_rate", "mean_accepted_tokens", "tree_width",
                    "tree_depth", "tree_nodes", "tree_shape", "tree_parents", "rank_acceptance",
-                   "draft_kv_budget", "batch_sync", "draft_placement", "draft_schedule")
+                   "draft_kv_budget", "batch_sync", "draft_placement", "draft_schedule", "draft_tensor_parallel",
+                   "acceptance_by_position", "draft_vocab_size")
 FIGURE_KEYS = ("tokens_per_s", "tokens_per_s_per_seq", "step_latency_s", "tokens_per_step",
                "time_per_output_token_s", "ttft_s", "e2e_latency_s", "speedup_vs_ar", "bound",
                "peak_device_memory_bytes", "fits", "arithmetic_intensity", "hbm_bytes_per_step",
-               "flops_per_step")
+               "flops_per_step", "draft_time_per_step_s")
 
 
 # --------------------------------------------------------------------------- candidates
@@ -106,11 +107,28 @@ def compatible_drafts(model_id) -> list:
     return [i for _, i in sorted(out)]
 
 
+def _draft_tp_choices(f: dict, draft) -> tuple:
+    """Draft TP degrees the chain family tries: the given one; else, for a draft model sharing the
+    target's devices, every divisor of its heads up to n_devices (1 otherwise)."""
+    if "draft_tensor_parallel" in f:
+        return (int(float(f["draft_tensor_parallel"])),)
+    n = int(float(f.get("n_devices") or 1))
+    if n == 1 or str(draft).lower() in DRAFT_KINDS or str(f.get("draft_placement", "same_device")).lower().replace(
+            "-", "_") != "same_device":
+        return (1,)
+    from costmodel.engine.parallel import divisors
+    return tuple(d for d in divisors(load_model(draft, field="draft_model").n_heads) if d <= n)
+
+
 def acceptance_of(fields: dict) -> tuple[float, str | None]:
     """(α, note): the record's α, or α from its τ at its γ (default 4), or the default α."""
     a, tau = fields.get("acceptance_rate"), fields.get("mean_accepted_tokens")
     if a not in (None, ""):
         return float(a), None
+    if fields.get("acceptance_by_position") not in (None, ""):
+        from costmodel.inputs.record import convert
+        a1 = convert("acceptance_by_position", fields["acceptance_by_position"])[0]
+        return a1, f"the chain uses acceptance_by_position; the tree is compared at α = α_1 = {a1:g}"
     if tau not in (None, ""):
         from costmodel.engine.acceptance import alpha_from_tau
         g = int(float(fields.get("gamma") or 4))
@@ -150,7 +168,7 @@ def variants(fields: dict, gamma_axis: int = 0) -> tuple[dict, list]:
             acc[k] = f[k]
     # speculative (chain)
     user_draft = str(f.get("draft_model", "")).strip().lower() or None
-    if user_draft and user_draft not in ("medusa", "eagle"):
+    if user_draft and user_draft != "medusa":
         draft = f["draft_model"]
     else:
         ds = compatible_drafts(f["model"]) if "model" in f else []
@@ -159,20 +177,37 @@ def variants(fields: dict, gamma_axis: int = 0) -> tuple[dict, list]:
             notes.append("no zoo model shares the target's vocabulary: speculative uses prompt lookup "
                          "(draft_model=none)")
     spec = dict(indep, strategy="speculative", draft_model=draft, **acc)
-    if "gamma" in f:
-        fam["speculative"] = [Variant("speculative", dict(spec, gamma=f["gamma"]),
-                                      config={"draft_model": draft, "gamma": int(float(f["gamma"]))})]
-    else:
-        g = np.asarray(GAMMAS, dtype=float).reshape((-1,) + (1,) * gamma_axis)
-        fam["speculative"] = [Variant("speculative", spec, {"gamma": g}, config={"draft_model": draft,
-                                                                                  "gamma": list(GAMMAS)})]
+    gammas = GAMMAS
+    if "acceptance_by_position" in f:
+        spec.pop("acceptance_rate")
+        spec["acceptance_by_position"] = f["acceptance_by_position"]
+        gammas = tuple(range(1, min(max(GAMMAS), len(str(f["acceptance_by_position"]).split(","))
+                                    if isinstance(f["acceptance_by_position"], str)
+                                    else len(f["acceptance_by_position"])) + 1))
+    if "draft_vocab_size" in f and str(draft).lower() == "eagle3":
+        spec["draft_vocab_size"] = f["draft_vocab_size"]
+    fam["speculative"] = []
+    for dtp in _draft_tp_choices(f, draft):
+        sd = dict(spec, draft_tensor_parallel=dtp) if dtp != 1 else dict(spec)
+        cfg = {"draft_model": draft, **({"draft_tensor_parallel": dtp} if dtp != 1 else {})}
+        if "gamma" in f:
+            fam["speculative"].append(Variant("speculative", dict(sd, gamma=f["gamma"]),
+                                              config=dict(cfg, gamma=int(float(f["gamma"])))))
+        else:
+            g = np.asarray(gammas, dtype=float).reshape((-1,) + (1,) * gamma_axis)
+            fam["speculative"].append(Variant("speculative", dict(sd, gamma=min(4, max(gammas))), {"gamma": g},
+                                              config=dict(cfg, gamma=list(gammas))))
     # tree
     fixed_shape = ("tree_width" in f and "tree_depth" in f) or "tree_parents" in f
-    drafts = [user_draft] if user_draft in ("medusa", "eagle") else (
+    drafts = [user_draft] if user_draft in ("medusa", "eagle", "eagle3") else (
         [f["draft_model"]] if user_draft and user_draft not in DRAFT_KINDS else list(TREE_DRAFTS))
     tv = []
     for d in drafts:
         t = dict(indep, strategy="tree", draft_model=d, **acc)
+        if "draft_tensor_parallel" in f and d not in DRAFT_KINDS:
+            t["draft_tensor_parallel"] = f["draft_tensor_parallel"]
+        if "draft_vocab_size" in f and d == "eagle3":
+            t["draft_vocab_size"] = f["draft_vocab_size"]
         if "rank_acceptance" in f:
             t["rank_acceptance"] = f["rank_acceptance"]
         if "attention_kernel" in f:
@@ -352,6 +387,22 @@ def explain(fields: dict, hw, best: str, cands: dict, ar_pass) -> str:
             f"→ {_r(b['speedup_vs_ar'])}× AR")
 
 
+def draft_sentence(cands: dict, best: str) -> str:
+    """"; the draft binds …" when the best speculative or tree candidate (or, when plain decoding wins,
+    the best of them) spends more than half of its step in draft passes."""
+    from costmodel.analysis.plan import DRAFT_BOTTLENECK_SHARE
+    name = best if best in ("speculative", "tree") else max(
+        (k for k in ("speculative", "tree") if k in cands), key=lambda k: cands[k].get("ratio_to_best", 0), default=None)
+    c = cands.get(name) if name else None
+    if not c or not c.get("step_latency_s") or c.get("draft_time_per_step_s", 0.0) <= \
+            DRAFT_BOTTLENECK_SHARE * c["step_latency_s"]:
+        return ""
+    dtp = c["config"].get("draft_tensor_parallel", 1)
+    return (f"; the draft binds {name}: its passes take {c['draft_time_per_step_s'] * 1e3:.3g} ms of the "
+            f"{c['step_latency_s'] * 1e3:.3g} ms step on {dtp} device(s)"
+            + ("" if dtp > 1 else " (draft_tensor_parallel shards a draft model over the target's devices)"))
+
+
 def _cfg_text(cfg: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in cfg.items() if not isinstance(v, list))
 
@@ -384,7 +435,7 @@ def recommend_on(fields: dict, hw, objective: str = "tokens_per_s") -> dict:
                 "candidates": list(cands.values()), "notes": notes}
     best = max(good, key=lambda k: (good[k], -FAMILIES.index(k)))
     ar_pass = evaluate_passes(_record(fam["autoregressive"][0].fields, hw))["decode"].cost
-    reason = explain(fields, hw, best, cands, ar_pass)
+    reason = explain(fields, hw, best, cands, ar_pass) + draft_sentence(cands, best)
     order = sorted(cands, key=lambda k: -cands[k]["ratio_to_best"])
     for c in cands.values():
         c.pop("_goodness")

@@ -18,12 +18,15 @@ How it is evaluated (no Python loop per row):
   tree shape, … (everything but :data:`costmodel.engine.evaluate.NUMERIC_AXES`). Each group is one call of
   :func:`costmodel.engine.evaluate.evaluate_arrays` with the numeric axes as numpy arrays shaped to
   broadcast against each other (batch (n, 1) × prompt (1, m)), so work that depends on one axis
-  only is done once per value of that axis. Groups are cut into chunks of ``chunk_rows`` rows
-  (32768 by default: arrays that stay in the CPU cache) along their first numeric axis; the
+  only is done once per value of that axis. The ``hardware`` axis (as a HardwareStack) and the
+  ``n_devices`` axis (device counts above one) are arrays too, where the engine prices their values
+  alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
+  (32768 by default: arrays that stay in the CPU cache) along their first vectorised axis; the
   per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
   evaluated on forked processes that write into shared output columns (:mod:`costmodel.fast.sweep_fork`:
-  threads do not help, the Python between numpy calls holds the GIL); on platforms without
-  ``fork``, in a process with other threads running, or for several groups, on threads.
+  threads do not help, the Python between numpy calls holds the GIL), a grid of several groups on
+  forked processes that send their chunks' results back; on platforms without ``fork`` or in a
+  process with other threads running, on threads.
 * For token trees the acceptance figures pick the tree's shape, so ``acceptance_rate`` and
   ``mean_accepted_tokens`` are looped over there; ``tree_shape=optimal_for_hardware`` searches a
   tree per configuration and is evaluated row by row.
@@ -42,28 +45,33 @@ given as ``scheduler``); with ``output`` the workers write partitioned Parquet
 
 Modules: :mod:`~costmodel.analysis.sweep_grid` (axes, blocks, array validation),
 :mod:`~costmodel.analysis.sweep_columns` (output columns), :mod:`~costmodel.analysis.sweep_output`
-(CSV / Parquet); this one evaluates the blocks (in process, forked, or on Dask) and assembles the frame.
+(CSV / Parquet), :mod:`~costmodel.analysis.sweep_invalid` (``on_invalid``),
+:mod:`~costmodel.analysis.sweep_dask` (chunks, their schema, the Dask engine),
+:mod:`~costmodel.analysis.sweep_stream` (a file written chunk by chunk); this one evaluates the
+blocks (in process or forked) and assembles the frame.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import itertools
+import math
 import os
 
 import numpy as np
 
-from costmodel.analysis.sweep_columns import CODE_KEYS, Columns, array_kind, value_kind
-from costmodel.analysis.sweep_grid import MAX_AXIS_VALUES, MAX_GRID_ROWS, Axis, Block, arrays_for, canonical_value, \
-    check_block, check_grid, grid_size, group_blocks, parse_axis, plan_axes
-from costmodel.analysis.sweep_output import check_output, need_parquet, write_csv, write_frame
-from costmodel.fast.sweep_fork import can_fork, evaluate_forked
+from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
+from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
+from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
+    check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
+from costmodel.analysis.sweep_output import check_output, write_frame
+from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
-from costmodel.engine.evaluate import evaluate, evaluate_arrays
+from costmodel.engine.evaluate import evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.engine.roofline import operator_rows
 from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.hardware import HardwareStack, stack_hardware
 from costmodel.inputs.record import Record, parse_record
-from costmodel.inputs.outputs import atomic_open, staged_dir
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -79,19 +87,34 @@ _SOURCE = "sweep"
 
 # ----------------------------------------------------------------------------------------- engine
 
-def _plan(base: dict, axes_in: dict, in_memory: bool = True):
-    """Parse the axes and the groups' records and run every check, before any evaluation."""
-    axes_l = plan_axes(base, axes_in, in_memory)
+def _plan(base: dict, axes_in: dict, on_invalid: str = "error", in_memory: bool = True):
+    """Parse the axes and the groups' records and run every check, before any evaluation. Returns
+    (axes, axes by name, names, blocks, invalid rows): with ``on_invalid="error"`` the first
+    invalid row raises; otherwise invalid rows are recorded in an :class:`InvalidRows`."""
+    strict = on_invalid == "error"
+    axes_l = plan_axes(base, axes_in, strict, in_memory)
     axes = {a.name: a for a in axes_l}
-    blocks = group_blocks(base, axes_l)
+    blocks = group_blocks(base, axes_l, strict)
     names = [a.name for a in axes_l]
+    invalid = InvalidRows(tuple(len(a.raw) for a in axes_l))
+    for k, a in enumerate(axes_l):
+        for i, why in a.refused.items():
+            invalid.mark(tuple(i if j == k else slice(None) for j in range(len(axes_l))), why)
     for b in blocks:
-        if b.rowwise:
-            for _where, row in _rows(b, axes, names):
-                parse_record(row, source=b.label)
+        region = b.where(names)
+        if b.invalid is not None:
+            invalid.mark(region, b.invalid)
+        elif b.rowwise:
+            for where, row in _rows(b, axes, names):
+                try:
+                    parse_record(row, source=b.label)
+                except InputError as exc:
+                    if strict:
+                        raise
+                    invalid.mark(where, str(exc))
         else:
-            check_block(b, arrays_for(b, axes))
-    return axes_l, axes, names, blocks
+            check_block(b, arrays_for(b, axes), None if strict else invalid, [r for r, _k, _s in runs(region)])
+    return axes_l, axes, names, blocks, invalid
 
 
 def _rows(b: Block, axes: dict, names: list):
@@ -114,11 +137,11 @@ def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
         for where, row in _rows(b, axes, names):
             yield where, 1, None, row
         return
-    base_where = [b.index.get(n, slice(None)) for n in names]
+    base_where = list(b.where(names))
     if not b.vec:
         yield tuple(base_where), 1, {}, b.rec
         return
-    lens = [len(axes[n].values) for n in b.vec]
+    lens = [len(b.members[n]) if n in b.members else len(axes[n].values) for n in b.vec]
     rows = int(np.prod(lens, dtype=np.int64))
     # cut along the first vectorised axis whose trailing block fits in chunk_rows
     trailing = rows
@@ -128,49 +151,111 @@ def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
             break
     per = max(1, chunk_rows // max(trailing, 1))
     cut, outer = b.vec[k], b.vec[:k]
-    for oidx in itertools.product(*(range(len(axes[n].values)) for n in outer)):
+    for oidx in itertools.product(*(range(n) for n in lens[:k])):
         for start in range(0, lens[k], per):
             stop = min(start + per, lens[k])
             sl = {n: slice(i, i + 1) for n, i in zip(outer, oidx)}
             sl[cut] = slice(start, stop)
             where = list(base_where)
             for n, s in sl.items():
-                where[names.index(n)] = s
-            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), b.rec
+                where[names.index(n)] = positions(b.members[n][s]) if n in b.members else s
+            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), _piece_record(b, sl)
 
 
-def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1):
-    axes_l, axes, names, blocks = _plan(base, axes_in)
+def _piece_record(b: Block, sl: dict):
+    """The block's record; with stacked devices, its ``hardware`` the piece's HardwareStack and its
+    ``n_devices`` an array of the piece's device counts."""
+    if not b.members:
+        return b.rec
+    changes = {}
+    for name, values in (("hardware", b.stack), ("n_devices", b.counts)):
+        if name in b.members:
+            chosen = values[sl.get(name, slice(None))]
+            shape = [1] * len(b.vec)
+            shape[b.vec.index(name)] = len(chosen)
+            changes[name] = (stack_hardware(chosen, shape) if name == "hardware"
+                             else np.asarray(chosen, dtype=np.int64).reshape(shape))
+    return dataclasses.replace(b.rec, **changes)
+
+
+def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1,
+                   on_invalid: str = "error"):
+    axes_l, axes, names, blocks, invalid = _plan(base, axes_in, on_invalid)
     shape = tuple(len(a.raw) for a in axes_l)
     total = int(np.prod(shape, dtype=np.int64))
     cols = Columns(shape, len(blocks) > 1)
     done = 0
-    tasks = ((b, piece) for b in blocks for piece in _pieces(b, axes, names, chunk_rows))
+    bad = invalid.mask
+    strict = on_invalid == "error"
+    tasks = ((b, piece) for b in blocks if b.invalid is None for piece in _pieces(b, axes, names, chunk_rows)
+             if bad is None or not (b.rowwise and bad[piece[0]]))
+    done += sum(int(np.prod([len(axes[n].values) for n in names if n not in b.index], dtype=np.int64))
+                for b in blocks if b.invalid is not None)
+    run = _run_piece if strict else _run_piece_or_reason
     if workers > 1 and len(blocks) == 1 and not blocks[0].rowwise and can_fork():
         # one group: its chunks on forked processes writing into shared columns (_sweep_fork)
         tasks = list(tasks)
         if len(tasks) >= 2 * workers:
-            got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
-                                  progress, total, CODE_KEYS)
+            try:
+                got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
+                                      progress, total, CODE_KEYS)
+            except InputError:
+                if strict:
+                    raise
+                got = None                # a piece is invalid: in this process, marking it
             if got is not None:
                 cols.cols, tasks = got, []
                 cols.written = dict.fromkeys(got, cols.n)
                 cols.coded = {k for k in CODE_KEYS if k in got}
-    for (b, (where, rows, _arrays, _rec)), res in _map(_run_piece, tasks, workers):
-        for key, v in res.items():
-            if key not in axes:
-                cols.put(key, where, rows, v)
+        done_pairs = _map(run, tasks, workers)
+    elif workers > 1 and can_fork():
+        # several groups: dealt to forked processes, their results gathered here in grid order
+        tasks = list(tasks)
+        done_pairs = zip(tasks, map_forked(run, tasks, workers)) if len(tasks) >= 2 * workers else \
+            _map(run, tasks, 1)
+    else:
+        done_pairs = _map(run, tasks, workers)
+    for (b, (where, rows, _arrays, _rec)), res in done_pairs:
+        for w, k, (s, e) in ((r, k, se or (0, 1)) for r, k, se in runs(where)):
+            if isinstance(res, str):
+                invalid.mark(w, res)
+                continue
+            n = 1 if k is None else len(where[names.index("hardware")])
+            for key, v in res.items():
+                if key not in axes:
+                    cols.put(key, w, rows * (e - s) // n, v if k is None else _run_of(v, k, s, e, len(b.vec)))
         done += rows
         if progress is not None:
             progress(done, total)
     cols.finish()
+    if invalid.mask is not None:
+        cols.blank(invalid.mask)
     axis_cols = {}
     for k, a in enumerate(axes_l):
         vals = _axis_array(a)
         s = [1] * len(shape)
         s[k] = len(vals)
         axis_cols[a.name] = np.broadcast_to(vals.reshape(s), shape)
-    return names, axis_cols, cols
+    return names, axis_cols, cols, invalid
+
+
+def _run_of(v, k: int, start: int, stop: int, ndim: int):
+    """Elements start:stop along dimension k (of ``ndim``, numpy's right-aligned broadcasting) of a
+    piece's output ``v``; ``v`` itself where it is constant along that dimension."""
+    a = np.asarray(v)
+    kk = k - (ndim - a.ndim)
+    if kk < 0 or a.shape[kk] == 1:
+        return v
+    return a[(slice(None),) * kk + (slice(start, stop),)]
+
+
+def _run_piece_or_reason(task):
+    """_run_piece, or the reason (text) when the piece's rows are invalid."""
+    try:
+        with np.errstate(all="ignore"):
+            return _run_piece(task)
+    except InputError as exc:
+        return str(exc)
 
 
 def _run_piece(task) -> dict:
@@ -205,6 +290,13 @@ def _map(fn, items, workers: int):
 
 def _axis_array(a: Axis) -> np.ndarray:
     vals = a.values
+    if a.numeric and a.refused:          # a refused value shows as given (NaN when not a number)
+        vals = list(vals)
+        for i in a.refused:
+            raw = a.raw[i]
+            vals[i] = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _number_or_nan(raw)
+        ints = BY_NAME[a.name].kind == "int" and all(isinstance(v, int) for v in vals)
+        return np.asarray(vals, dtype=np.int64 if ints else float)
     if a.numeric:
         return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
     if all(isinstance(v, bool) for v in vals):
@@ -218,19 +310,26 @@ def _axis_array(a: Axis) -> np.ndarray:
     return out
 
 
+def _number_or_nan(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _evaluate_piece(rec, arrays) -> dict:
     """evaluate()'s keys for one piece: arrays from evaluate_arrays, the record-level keys
     (model, n_devices_total, tree_parents, …) from evaluate() on the piece's record."""
-    if arrays is None or not arrays:
+    if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack) and not np.ndim(rec.n_devices)):
         return _flat(evaluate(rec))
     with operator_rows(False):            # the per-operator breakdown is not a column
         res = evaluate_arrays(rec, arrays, bound_codes=True)
-    res.pop("_extras", None)
+    extras = res.pop("_extras")
     res.pop("_step_ops", None)
-    out = {}
-    for k, v in _record_keys(rec).items():
-        out[k] = res.pop(k) if k in res else v
+    # evaluate()'s keys in its order: the record's, the arrays, the record-level tail
+    out = record_head(rec)
     out.update(res)
+    out.update(_flat(record_tail(rec, extras)))
     return out
 
 
@@ -238,7 +337,7 @@ _RECORD_KEYS: dict = {}
 
 
 def _record_keys(rec: Record) -> dict:
-    """evaluate(rec) with its keys in order (values used for the keys evaluate_arrays lacks)."""
+    """evaluate(rec) with its keys in order (the schema's column kinds)."""
     try:
         hit = _RECORD_KEYS.get(rec)
     except TypeError:                     # a field holds an unhashable object (a Hardware, …)
@@ -258,7 +357,7 @@ def _flat(d: dict) -> dict:
 # ----------------------------------------------------------------------------------------- public
 
 def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows: int | None = None,
-          workers: int | None = None, output=None, progress=None, **axes):
+          workers: int | None = None, output=None, progress=None, on_invalid: str = "error", **axes):
     """Evaluate the Cartesian grid of ``axes`` over ``base_record`` -> ``pandas.DataFrame``.
 
     ``base_record``: a record mapping (fields: ``costmodel eval --help``) with the fields that do not vary.
@@ -277,8 +376,12 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     is not collected: a ``.csv`` path is streamed chunk by chunk, any other path becomes a
     directory of Parquet parts written by the workers, and the path is returned.
     ``progress``: ``callable(rows_done, rows_total)``.
+    ``on_invalid``: ``"error"`` (default: an invalid row refuses the grid), ``"mark"`` (its outputs
+    NaN / None and the reason in an ``invalid_reason`` column) or ``"drop"`` (left out); see
+    :mod:`costmodel.analysis.sweep_invalid`.
     """
     base = _base_dict(base_record)
+    on_invalid = check_on_invalid(on_invalid)
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer))
                                    or chunk_rows < 1):
         raise InputError(f"chunk_rows must be a positive integer, got {_short_value(chunk_rows)}", source=_SOURCE,
@@ -286,13 +389,14 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     if engine in (None, "numpy", "local", "dask"):
         output = check_output(output, engine)
     if engine in (None, "numpy", "local"):
-        df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers))
+        df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers), on_invalid)
         if output is not None:
             write_frame(df, output)
         return df
     if engine == "dask":
-        return _sweep_dask(base, axes, scheduler=scheduler, chunk_rows=int(chunk_rows or DEFAULT_CHUNK_ROWS),
-                           output=output, progress=progress, workers=_workers(workers, 1))
+        from costmodel.analysis.sweep_dask import sweep_dask
+        return sweep_dask(base, axes, scheduler=scheduler, chunk_rows=int(chunk_rows or DEFAULT_CHUNK_ROWS),
+                           output=output, progress=progress, workers=_workers(workers, 1), on_invalid=on_invalid)
     raise InputError(f"unknown engine {engine!r}", source=_SOURCE, field="engine", allowed=", ".join(ENGINES))
 
 
@@ -329,174 +433,21 @@ def _base_dict(base_record) -> dict:
     return dict(base_record)
 
 
-def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int = 1):
+def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int = 1,
+                 on_invalid: str = "error"):
     import pandas as pd
 
-    names, axis_cols, cols = _evaluate_grid(base, axes, chunk_rows, progress, workers)
+    names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
     data = {n: np.ascontiguousarray(axis_cols[n]).reshape(-1) for n in names}
     for k, a in cols.cols.items():
         data[k] = a.reshape(-1)
+    if on_invalid == "mark":
+        data[REASON_COLUMN] = (np.full(cols.n, None, dtype=object) if invalid.reasons is None
+                               else invalid.reasons.reshape(-1))
     for k, a in data.items():     # text stays object dtype: no conversion pass over the rows
         if a.dtype == object:
             data[k] = pd.Series(a, dtype=object, copy=False)
-    return pd.DataFrame(data, copy=False)
-
-
-# ----------------------------------------------------------------------------------------- dask
-
-def _chunks(axes: dict, chunk_rows: int) -> list[dict]:
-    """Sub-grids of about ``chunk_rows`` rows whose concatenation is the grid in row order: the
-    leading axes fixed to one value, a range of the next axis, the trailing axes whole."""
-    names = list(axes)
-    vals = [parse_axis(n, axes[n]) for n in names]
-    lens = [len(v) for v in vals]
-    if not names:
-        return [{}]
-    j = 0
-    for j in range(len(names)):
-        if int(np.prod(lens[j + 1:], dtype=np.int64)) <= chunk_rows:
-            break
-    per = max(1, chunk_rows // int(np.prod(lens[j + 1:], dtype=np.int64)))
-    out = []
-    for prefix in itertools.product(*(range(n) for n in lens[:j])):
-        for start in range(0, lens[j], per):
-            sub = {}
-            for n, v, i in zip(names[:j], vals[:j], prefix):
-                sub[n] = [v[i]]
-            sub[names[j]] = vals[j][start:start + per]
-            for n, v in zip(names[j + 1:], vals[j + 1:]):
-                sub[n] = v
-            out.append(sub)
-    return out
-
-
-def _schema(base: dict, axes: dict, in_memory: bool = True) -> tuple[list, dict]:
-    """Columns and dtypes every chunk is conformed to (so Parquet parts share one schema)."""
-    axes_l, axes_d, names, blocks = _plan(base, axes, in_memory)
-    cols: list = list(names)
-    kinds: dict = {n: array_kind(_axis_array(a)) for n, a in zip(names, axes_l)}
-    seen: dict = {}
-    for b in blocks:
-        if b.rowwise:
-            row = next(_rows(b, axes_d, names))[1]
-            keys = _flat(evaluate(row))
-        else:
-            keys = _record_keys(b.rec)
-        for k, v in keys.items():
-            if k in axes_d:
-                continue
-            if k not in kinds:
-                cols.append(k)
-                kinds[k] = value_kind(v)
-            elif kinds[k] != value_kind(v):
-                kinds[k] = "f" if {kinds[k], value_kind(v)} <= {"i", "f"} else "o"
-            seen[k] = seen.get(k, 0) + 1
-    for k, c in seen.items():
-        if c < len(blocks) and kinds[k] in "bi":
-            kinds[k] = "f" if kinds[k] == "i" else "o"
-    dtypes = {k: {"f": "float64", "i": "int64", "b": "bool", "o": "object"}[kinds[k]] for k in cols}
-    return cols, dtypes
-
-
-def _dask_task(base: dict, sub_axes: dict, workers: int, columns: list, dtypes: dict, part_path):
-    """One chunk on a worker: the in-process sweep, conformed to the schema; written to
-    ``part_path`` (returns the row count) or returned."""
-    df = _sweep_local(base, sub_axes, CHUNK_ROWS, None, workers)
-    df = df.reindex(columns=columns).astype(dtypes, copy=False)
-    if part_path is None:
-        return df
-    df.to_parquet(part_path, index=False)
-    return len(df)
-
-
-def _prepare_parts_dir(out: str, n: int) -> list:
-    """An fsspec URL (such as s3://bucket/grid.parquet): create the directory, remove parts of an
-    earlier run, and return the n part paths. (A local path is written to a staging directory
-    instead: :func:`costmodel.inputs.outputs.staged_dir`.)"""
-    from fsspec.core import url_to_fs
-    fs, root = url_to_fs(out)
-    fs.makedirs(root, exist_ok=True)
-    for f in fs.ls(root, detail=False):
-        name = f.rstrip("/").rsplit("/", 1)[-1]
-        if name.startswith("part.") and name.endswith(".parquet"):
-            fs.rm(f)
-    return [f"{out.rstrip('/')}/part.{i:05d}.parquet" for i in range(n)]
-
-
-def _local_parts(folder: str, n: int) -> list:
-    return [os.path.join(os.path.abspath(folder), f"part.{i:05d}.parquet") for i in range(n)]
-
-
-def _sweep_dask(base: dict, axes: dict, scheduler, chunk_rows: int, output, progress, workers: int = 1):
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise InputError("engine='dask' needs dask.distributed, which is not installed; install it with "
-                         "pip install 'costmodel[dask]' (or pip install 'dask[distributed]' pyarrow)",
-                         source=_SOURCE, field="engine") from None
-    columns, dtypes = _schema(base, axes, in_memory=output is None)       # validates the whole grid here, before any task
-    chunks = _chunks(axes, chunk_rows)
-    sizes = [int(np.prod([len(parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
-    total = sum(sizes)
-    out = None if output is None else os.fspath(output)
-    to_csv = out is not None and out.lower().endswith(".csv")
-    with contextlib.ExitStack() as stack:
-        parts = None
-        if out is not None and not to_csv:
-            if "://" in out:
-                parts = _prepare_parts_dir(out, len(chunks))
-            else:           # parts go to a staging directory that replaces ``out`` when complete
-                parts = _local_parts(stack.enter_context(staged_dir(out)), len(chunks))
-        fh = stack.enter_context(atomic_open(out, "wb")) if to_csv else None
-        return _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh,
-                         out, progress, Client, LocalCluster, as_completed)
-
-
-def _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, parts, fh, out, progress,
-              Client, LocalCluster, as_completed):
-    import pandas as pd
-
-    to_csv = fh is not None
-    cluster = client = None
-    if isinstance(scheduler, Client):
-        client = scheduler
-    elif scheduler is None:
-        cluster = LocalCluster(processes=True, threads_per_worker=1, dashboard_address=None)
-        client = Client(cluster)
-    else:
-        try:
-            client = Client(scheduler)
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise InputError(f"cannot reach the Dask scheduler: {exc}", source=_SOURCE, field="scheduler",
-                             value=str(scheduler),
-                             allowed="the address a running 'dask scheduler' prints, e.g. tcp://10.0.0.5:8786, "
-                                     "or None for a local cluster") from None
-    try:
-        futures = [client.submit(_dask_task, base, c, workers, columns, dtypes,
-                                 None if parts is None else parts[i], pure=False)
-                   for i, c in enumerate(chunks)]
-        index = {f.key: i for i, f in enumerate(futures)}
-        if progress is not None and not to_csv:
-            done = 0
-            for f in as_completed(futures):
-                done += sizes[index[f.key]]
-                progress(done, total)
-        if parts is not None:
-            client.gather(futures)
-            return out
-        if to_csv:
-            done = 0
-            for i, f in enumerate(futures):       # in row order, one chunk in memory at a time
-                write_csv(f.result(), fh, header=i == 0)
-                f.release()
-                done += sizes[i]
-                if progress is not None:
-                    progress(done, total)
-            return out
-        frames = client.gather(futures)
-        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    finally:
-        if client is not scheduler:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+    df = pd.DataFrame(data, copy=False)
+    if on_invalid == "drop" and invalid.mask is not None:
+        df = df[~invalid.mask.reshape(-1)].reset_index(drop=True)
+    return df

@@ -99,6 +99,16 @@ class Columns:
             mask[w] = True
         a[~mask] = np.nan if array_kind(a) == "f" else None
 
+    def blank(self, mask) -> None:
+        """Rows where ``mask`` holds have no outputs: NaN (bool and int columns become object and
+        float), None in text columns."""
+        for key, a in list(self.cols.items()):
+            kind = array_kind(a)
+            if kind in "bi":
+                a = a.astype(float) if kind == "i" else a.astype(object)
+            a[mask] = np.nan if array_kind(a) == "f" else None
+            self.cols[key] = a
+
     def finish(self):
         for key, a in list(self.cols.items()):
             if key in self.coded:

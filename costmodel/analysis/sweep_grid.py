@@ -172,6 +172,7 @@ class Axis:
     raw: list                      # values as given
     numeric: bool                  # vectorised (a NUMERIC_AXES field with only numeric values)
     values: list = field(default_factory=list)    # parsed values (numeric) / canonical (filled later)
+    refused: dict = field(default_factory=dict)   # value index -> why (on_invalid != "error")
 
 
 @dataclass
@@ -183,9 +184,29 @@ class Block:
     vec: list                      # names of the vectorised axes (in grid order)
     rowwise: bool = False
     label: str = ""
+    invalid: str | None = None     # why every row of the block is invalid (on_invalid != "error")
+    #: categorical axes priced as arrays (``hardware``, ``n_devices``): axis name -> the value
+    #: indices the block covers (ascending; contiguous for ``n_devices``), and the loaded devices
+    members: dict = field(default_factory=dict)
+    stack: tuple = ()
+    counts: tuple = ()             # the device counts of an ``n_devices`` member axis, in its order
+
+    def where(self, names: list) -> tuple:
+        """The block's region of the grid: fixed indices, member indices (a slice where contiguous),
+        whole axes."""
+        return tuple(self.index[n] if n in self.index else positions(self.members[n]) if n in self.members
+                     else slice(None) for n in names)
 
 
-def plan_axes(base: dict, axes: dict, in_memory: bool = True) -> list[Axis]:
+def positions(idx: list):
+    """Value indices as a slice when contiguous, else the list (see :func:`runs`)."""
+    return slice(idx[0], idx[-1] + 1) if idx[-1] - idx[0] == len(idx) - 1 else list(idx)
+
+
+def plan_axes(base: dict, axes: dict, strict: bool = True, in_memory: bool = True) -> list[Axis]:
+    """The axes with their values parsed; a numeric value out of its field's range raises, or with
+    ``strict`` False is recorded in ``refused`` and stands in as another value of the axis (its rows
+    are marked invalid). The grid's size is checked first (:func:`check_grid`)."""
     if not isinstance(axes, dict):
         raise InputError(f"axes must be a mapping of field: values, got {type(axes).__name__}", source=_SOURCE,
                          field="axes")
@@ -201,7 +222,19 @@ def plan_axes(base: dict, axes: dict, in_memory: bool = True) -> list[Axis]:
         numeric = name in NUMERIC_AXES and not any(_empty(v) for v in vals)
         ax = Axis(name, vals, numeric)
         if numeric:
-            ax.values = [convert(name, v, _SOURCE) for v in vals]     # type and range, once per value
+            if strict:
+                ax.values = [convert(name, v, _SOURCE) for v in vals]     # type and range, once per value
+            else:
+                for i, v in enumerate(vals):
+                    try:
+                        ax.values.append(convert(name, v, _SOURCE))
+                    except InputError as exc:
+                        ax.values.append(None)
+                        ax.refused[i] = str(exc)
+                ok = [v for v in ax.values if v is not None]
+                if not ok:
+                    raise InputError(f"no valid value: {next(iter(ax.refused.values()))}", source=_SOURCE, field=name)
+                ax.values = [ok[0] if v is None else v for v in ax.values]
         else:
             ax.values = [None] * len(vals)
         out.append(ax)
@@ -218,42 +251,149 @@ def _show(v):
     return v
 
 
-def group_blocks(base: dict, axes: list[Axis]) -> list[Block]:
-    """Parse one record per group (and per looped value), recording canonical axis values."""
+def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Block]:
+    """Parse one record per group (and per looped value), recording canonical axis values. A group
+    whose record is refused (or whose model does not split over its devices) raises, or with
+    ``strict`` False becomes an invalid block (its rows marked). The ``hardware`` and
+    ``n_devices`` axes are priced as arrays where the engine allows
+    (:func:`costmodel.analysis.sweep_stack.stacked_blocks`); a
+    refused grid raises the first refused row's error in grid order, as group by group."""
+    group = [a for a in axes if not a.numeric]
+    hw = next((a for a in group if a.name == "hardware" and len(a.raw) > 1
+               and all(isinstance(v, str) for v in a.raw)), None)
+    nd = next((a for a in group if a.name == "n_devices" and len(a.raw) > 1), None)
+    if hw is not None or nd is not None:
+        try:
+            return _blocks(base, axes, strict, hw, nd)
+        except InputError:
+            if not strict:
+                raise
+    return _blocks(base, axes, strict, None, None)     # raises at the first refused group
+
+
+def _blocks(base: dict, axes: list[Axis], strict: bool, hw, nd) -> list[Block]:
+    from costmodel.analysis.sweep_stack import device_runs, stacked_blocks
+
     group = [a for a in axes if not a.numeric]
     numeric = [a for a in axes if a.numeric]
+    outer = [a for a in group if a is not hw and a is not nd]
     blocks = []
-    for gidx in itertools.product(*(range(len(a.raw)) for a in group)):
-        gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
-        first = {a.name: a.values[0] for a in numeric}
-        rec = _parse({**base, **gvals, **first}, list(gvals.items()))
-        index = dict(zip((a.name for a in group), gidx))
-        label = _label(list(gvals.items()))
-        if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
-            # a tree searched per configuration: row by row (each row re-parsed)
-            blocks.append(Block(rec, index, [], rowwise=True, label=label))
-        else:
-            loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
-            vec = [a.name for a in numeric if a not in loop]
-            for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
-                lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
-                pairs = list(gvals.items()) + list(lvals.items())
-                r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
-                blocks.append(Block(r, {**index, **dict(zip((a.name for a in loop), lidx))}, vec,
-                                     label=_label(pairs)))
-        for a, i in zip(group, gidx):
-            if a.values[i] is None:
-                a.values[i] = canonical_value(getattr(rec, a.name))
+    for oidx in itertools.product(*(range(len(a.raw)) for a in outer)):
+        index = dict(zip((a.name for a in outer), oidx))
+        left = [None]
+        if nd is not None:
+            got, left = device_runs(base, axes, index, hw, nd, strict)
+            blocks.extend(got)
+        for jn in left:
+            idx = index if jn is None else {**index, "n_devices": jn}
+            got = None if hw is None else stacked_blocks(base, axes, idx, hw, strict)
+            if got is not None:
+                blocks.extend(got)
+                continue
+            for j in ([None] if hw is None else range(len(hw.raw))):
+                full = idx if j is None else {**idx, "hardware": j}
+                blocks.extend(_group_blocks(base, group, numeric, tuple(full[a.name] for a in group), strict))
+    for a in group:                 # values only invalid groups had: as given
+        a.values = [canonical_value(r) if v is None else v for v, r in zip(a.values, a.raw)]
     return blocks
 
 
-def _parse(d: dict, pairs) -> Record:
+def _group_blocks(base: dict, group: list[Axis], numeric: list[Axis], gidx: tuple, strict: bool) -> list[Block]:
+    """The blocks of one group (one value of every non-numeric axis): one, or one per looped value."""
+    blocks = []
+    gvals = {a.name: a.raw[i] for a, i in zip(group, gidx)}
+    first = {a.name: a.values[0] for a in numeric}
+    index = dict(zip((a.name for a in group), gidx))
+    label = _label(list(gvals.items()))
     try:
-        return parse_record(d, source=_label(pairs))
+        rec = _parse({**base, **gvals, **first}, list(gvals.items()), execs=True)
+    except InputError as exc:
+        if strict:
+            raise
+        rec = _any_row(base, gvals, numeric)
+        if rec is None:
+            return [Block(None, index, [], label=label, invalid=str(exc))]
+    if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
+        # a tree searched per configuration: row by row (each row re-parsed)
+        blocks.append(Block(rec, index, [], rowwise=True, label=label))
+    else:
+        loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
+        vec = [a.name for a in numeric if a not in loop]
+        for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
+            lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
+            pairs = list(gvals.items()) + list(lvals.items())
+            lindex = {**index, **dict(zip((a.name for a in loop), lidx))}
+            try:
+                r = _parse({**base, **gvals, **first, **lvals}, pairs) if loop else rec
+            except InputError as exc:
+                if strict:
+                    raise
+                blocks.append(Block(None, lindex, [], label=_label(pairs), invalid=str(exc)))
+                continue
+            blocks.append(Block(r, lindex, vec, label=_label(pairs)))
+    for a, i in zip(group, gidx):
+        if a.values[i] is None:
+            a.values[i] = canonical_value(getattr(rec, a.name))
+    return blocks
+
+
+def runs(where: tuple):
+    """``where`` (a block's region, at most one component a list of value indices) as regions of
+    plain indices and slices: (region, k, (start, stop)) for each contiguous run of that list, k its
+    position among the region's non-integer components and start:stop the run's place in the list;
+    ``where`` itself when it holds no list ((where, None, None))."""
+    lists = [i for i, w in enumerate(where) if isinstance(w, list)]
+    if not lists:
+        return [(where, None, None)]
+    (i,) = lists
+    idx = where[i]
+    k = sum(1 for w in where[:i] if not isinstance(w, (int, np.integer)))
+    out, start = [], 0
+    for end in range(1, len(idx) + 1):
+        if end == len(idx) or idx[end] != idx[end - 1] + 1:
+            out.append((where[:i] + (slice(idx[start], idx[end - 1] + 1),) + where[i + 1:], k, (start, end)))
+            start = end
+    return out
+
+
+def _any_row(base: dict, gvals: dict, numeric: list[Axis]):
+    """The record of a row of the group after its first (the first may be the invalid one: any row
+    that parses will do; the numeric axes are arrays whose invalid rows check_block marks), or None.
+    None at once when the first row parses but its model does not run on its devices: that does
+    not depend on the numeric fields."""
+    try:
+        _parse({**base, **gvals, **{a.name: a.values[0] for a in numeric}}, list(gvals.items()))
+        return None
+    except InputError:
+        pass
+    rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
+    return next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
+                                             list(gvals.items())) for r in rows)), None)
+
+
+def _parse_or_none(d: dict, pairs):
+    try:
+        return _parse(d, pairs, execs=True)
+    except InputError:
+        return None
+
+
+def _parse(d: dict, pairs, execs: bool = False) -> Record:
+    """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
+    not split over the devices is refused here, before anything is evaluated)."""
+    try:
+        rec = parse_record(d, source=_label(pairs))
     except InputError:
         raise
     except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
         raise InputError(str(exc), source=_label(pairs)) from None
+    if execs:
+        from costmodel.engine.evaluate import _execs
+        try:
+            _execs(rec)
+        except InputError as exc:
+            raise InputError(str(exc), source=_label(pairs)) from None
+    return rec
 
 
 def canonical_value(v):
@@ -267,10 +407,13 @@ def _num_text(x) -> str:
 
 
 def arrays_for(block: Block, axes: dict, sl: dict | None = None) -> dict:
-    """The vectorised axes as arrays shaped to broadcast: axis k of len(vec) dims."""
+    """The vectorised numeric axes as arrays shaped to broadcast: axis k of len(vec) dims (a
+    categorical axis priced as an array, ``block.members``, has its dimension but no array here)."""
     vec = block.vec
     out = {}
     for k, name in enumerate(vec):
+        if name in block.members:
+            continue
         v = np.asarray(axes[name].values, dtype=float)
         if sl and name in sl:
             v = v[sl[name]]
@@ -280,20 +423,41 @@ def arrays_for(block: Block, axes: dict, sl: dict | None = None) -> dict:
     return out
 
 
-def check_block(block: Block, arrays: dict) -> None:
+#: the text an ``invalid_reason`` gives for each numeric rule of costmodel.inputs.rules
+RULE_REASONS = {"prefix_exceeds_prompt": "shared_prefix_len > prompt_len",
+                "tau_exceeds_chain": "mean_accepted_tokens outside [1, gamma + 1]",
+                "chain_taus_disagree": "acceptance_rate and mean_accepted_tokens disagree by more than 5%"}
+
+
+def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
     """The numeric cross-field rules of :mod:`costmodel.inputs.rules` over the grid (each axis value's own
     type and range were checked when the axis was parsed); the first offending row is re-parsed so
-    the error is parse_record's own."""
+    the error is parse_record's own. With ``invalid`` (an
+    :class:`~costmodel.analysis.sweep_invalid.InvalidRows`) the offending rows are marked there
+    instead, each rule's with its reason (``where``: the block's region of the grid, or a list of
+    regions)."""
     if not arrays:
         return
     rec = block.rec
+    if invalid is not None:
+        for rule, mask in rules.grid_rule_violations(rec, arrays):
+            if np.any(mask):
+                for w in (where if isinstance(where, list) else [where]):
+                    invalid.mark(w, RULE_REASONS.get(rule.__name__, rule.__name__.replace("_", " ")), mask)
+        return
     bad = rules.grid_violations(rec, arrays)
     if bad is None or not np.any(bad):
+        return
+    if invalid is not None:
+        for mask, why in reasons:
+            if np.any(mask):
+                for w in (where if isinstance(where, list) else [where]):
+                    invalid.mark(w, why, mask)
         return
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
     row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]
-           for k, name in enumerate(block.vec)}
+           for k, name in enumerate(block.vec) if name in arrays}
     row = {k: (int(v) if BY_NAME[k].kind == "int" else float(v)) for k, v in row.items()}
     d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
     d.update(row)

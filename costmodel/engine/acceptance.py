@@ -4,6 +4,10 @@
       τ = Σ_{j=0..γ} α^j = (1 − α^(γ+1)) / (1 − α)
 * lock-step batch of B sequences (the batch keeps the minimum accepted length):
       E[min over B] = Σ_{j=0..γ} P(all B accept j) = Σ_{j=0..γ} α^(j·B)
+* chain with acceptance by position α_1..α_γ (α_k: token k accepted given tokens 1..k−1 were; EAGLE-3
+  and MTP report them per position):
+      τ = 1 + Σ_{k=1..γ} Π_{i≤k} α_i
+  and a lock-step batch Σ_{j=0..γ} (Π_{i≤j} α_i)^B (the empty product is 1)
 * α from a measured τ: the unique α in [0, 1] with chain τ(α, γ) = τ (bisection; τ is increasing in α).
 """
 
@@ -53,3 +57,26 @@ def default_rank_acceptance(alpha: float, k: int = 8) -> tuple:
     reduces exactly to Leviathan's chain.
     """
     return tuple(float(alpha * (1.0 - alpha) ** (i - 1)) for i in range(1, k + 1))
+
+
+def position_survival(alphas, gamma) -> np.ndarray:
+    """P(the first j drafts all accepted) = Π_{i≤j} α_i for j = 0..γ (the first γ positions of
+    ``alphas``), shape (γ + 1,) + the shape of ``gamma`` broadcast: positions beyond a row's γ are 0."""
+    a = np.asarray(alphas, dtype=float)
+    surv = np.concatenate([[1.0], np.cumprod(a)])
+    g = np.asarray(gamma, dtype=float)
+    j = np.arange(surv.size, dtype=float).reshape((-1,) + (1,) * g.ndim)
+    return np.where(j <= g, surv.reshape((-1,) + (1,) * g.ndim), 0.0)
+
+
+def chain_tokens_by_position(alphas, gamma) -> np.ndarray:
+    """τ = 1 + Σ_{k=1..γ} Π_{i≤k} α_i (a chain whose acceptance varies with the position)."""
+    return position_survival(alphas, gamma).sum(axis=0)
+
+
+def lockstep_tokens_by_position(alphas, gamma, batch) -> np.ndarray:
+    """Σ_{j=0..γ} (Π_{i≤j} α_i)^B: tokens per sequence per step of a lock-step batch."""
+    s = position_survival(alphas, gamma)
+    g, b = np.asarray(gamma, dtype=float), np.asarray(batch, dtype=float)
+    s = s.reshape(s.shape[:1] + (1,) * max(b.ndim - g.ndim, 0) + g.shape)     # positions first, then γ, B
+    return np.sum(s ** b, axis=0)

@@ -25,6 +25,7 @@ from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine import memory
 from costmodel.engine.ops import Exec
+from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.inputs.record import Record, parse_record
 from costmodel.inputs.runtime import load_runtime
 from costmodel.engine.strategies import STRATEGY_FUNCS
@@ -49,7 +50,7 @@ def build_exec(rec: Record) -> Exec:
     kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
-    if model.n_heads % tp:
+    if np.any(model.n_heads % tp):
         raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
                          field="tensor_parallel", value=tp,
                          allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))
@@ -60,10 +61,19 @@ def build_exec(rec: Record) -> Exec:
                 allreduce_algorithm=rec.allreduce_algorithm)
 
 
+def hardware_signature(rec: Record, hw) -> tuple:
+    """What the engine decides on (rather than computes with) about ``hw`` for ``rec`` beyond what a
+    :class:`~costmodel.inputs.hardware.HardwareStack` decides device by device (the links,
+    ``costmodel.engine.parallel``): for fp8 and fp4 weights the device itself (whether it has fp8
+    or fp4 units decides the compute dtype, and the note names it). Devices with one signature can
+    be priced together as a stack."""
+    return (hw.id if rec.weight_dtype == "fp8" or rec.weight_dtype in dtypes.FP4_BLOCK_FORMATS else None,)
+
+
 def build_draft(rec: Record, ex: Exec):
     """The draft's Exec (own weights and KV, one device), the target for ``self``, or None."""
     dm = rec.draft_model
-    if rec.strategy not in ("speculative", "tree") or dm in (None, "none", "medusa", "eagle"):
+    if rec.strategy not in ("speculative", "tree") or dm in (None, "none", "suffix", "medusa", "eagle", "eagle3"):
         return None
     if dm == "self":
         return ex
@@ -72,7 +82,18 @@ def build_draft(rec: Record, ex: Exec):
         raise InputError(f"the draft's vocabulary ({model.vocab_size} tokens) differs from the target's "
                          f"({ex.model.vocab_size}): its tokens cannot be verified", field="draft_model",
                          value=dm, allowed="a draft with the target's tokenizer")
-    return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=1, pp=1)
+    dtp = rec.draft_tensor_parallel
+    if model.n_heads % dtp:
+        raise InputError(f"draft_tensor_parallel {dtp} does not divide the draft's {model.n_heads} attention heads",
+                         field="draft_tensor_parallel", value=dtp,
+                         allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))
+    fewest = int(np.min(rec.n_devices))        # a stacked sweep may carry several device counts
+    if rec.draft_placement == "same_device" and dtp > fewest:
+        raise InputError(f"draft_tensor_parallel {dtp} exceeds the {fewest} device(s) the draft shares "
+                         "with the target", field="draft_tensor_parallel", value=dtp,
+                         allowed=f"1..n_devices = 1..{fewest}, or draft_placement=separate_device")
+    return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=dtp, pp=1,
+                allreduce_algorithm=rec.allreduce_algorithm if dtp > 1 else "auto")
 
 
 #: the record fields that decide build_exec / build_draft (all but the numeric axes)
@@ -257,6 +278,22 @@ def assumption_notes(rec: Record, ex: Exec) -> list:
                      "(no fp4 units)")
     if rec.kv_dtype is None and ex.kv_dtype != ex.weight_dtype:
         notes.append(f"kv_dtype defaults to the activation dtype: {ex.kv_dtype}")
+    if rec.strategy in ("speculative", "tree"):
+        notes.extend(draft_notes(rec, ex))
+    return notes
+
+
+def draft_notes(rec: Record, ex: Exec) -> list:
+    """What a speculative record's draft kind assumed (suffix: CPU time unpriced; eagle3: its vocabulary)."""
+    notes = []
+    if rec.draft_model == "suffix":
+        notes.append("suffix drafts on the CPU: no GPU draft passes; the suffix-tree lookup time is not priced "
+                     "(no published per-step figure), and verification carries gamma (the most tokens a suffix "
+                     "draft may propose) + 1 tokens")
+    if rec.draft_model == "eagle3" and rec.draft_vocab_size is None:
+        from costmodel.engine.strategies.heads import eagle3_vocab
+        notes.append(f"the eagle3 head's LM head covers {eagle3_vocab(ex.model)} tokens (the released EAGLE-3 "
+                     "heads' draft vocabulary; set draft_vocab_size)")
     return notes
 
 
@@ -270,6 +307,23 @@ def _scalar(v):
     return x
 
 
+def record_head(rec: Record) -> dict:
+    """The outputs that name the configuration, first in :func:`evaluate`'s dict."""
+    return {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+
+
+def record_tail(rec: Record, extras: dict) -> dict:
+    """The record-level outputs after the arrays in :func:`evaluate`'s dict: ``n_devices``, ``notes``,
+    ``n_devices_total`` (a draft on its own device), ``tree_parents`` (from the strategy's extras)."""
+    out = {"n_devices": rec.n_devices, "notes": assumption_notes(rec, _execs(rec)[0])}
+    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
+            rec.draft_model not in WEIGHTLESS_DRAFTS:
+        out["n_devices_total"] = rec.n_devices + rec.draft_tensor_parallel
+    if "tree_parents" in extras:
+        out["tree_parents"] = extras["tree_parents"]
+    return out
+
+
 def evaluate(record, *, details: bool = False) -> dict:
     """Evaluate one record (mapping, ``KEY=VALUE`` dict or :class:`Record`) -> output dict.
 
@@ -281,15 +335,9 @@ def evaluate(record, *, details: bool = False) -> dict:
     res = evaluate_arrays(rec)
     extras = res.pop("_extras")
     ops = res.pop("_step_ops")
-    out = {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
+    out = record_head(rec)
     out.update({k: _scalar(v) for k, v in res.items()})
-    out["n_devices"] = rec.n_devices
-    out["notes"] = assumption_notes(rec, _execs(rec)[0])
-    if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
-            rec.draft_model not in ("none", "medusa", "self"):
-        out["n_devices_total"] = rec.n_devices + 1
-    if "tree_parents" in extras:
-        out["tree_parents"] = extras["tree_parents"]
+    out.update(record_tail(rec, extras))
     if details:
         out["operators"] = [{"name": n, "flops": _scalar(f), "hbm_bytes": _scalar(h), "time_s": _scalar(t),
                              "bound": _scalar(b)} for n, f, h, t, b in ops]

@@ -22,7 +22,9 @@ and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
            holds more (draft weights, draft KV, [activations,] runtime overhead)       peak_device_bytes
     fits = peak ≤ the device's usable bytes
 
-Totals over all devices: weights = whole-model weights + the draft's weights over its devices;
+Totals over all devices: weights = whole-model weights + the draft's weights over its devices (a
+draft model sharded over ``draft_tensor_parallel`` devices: its per-device weights · its tp·pp; a head
+on the target's tp group: its parameters once, plus the copies of any matrix every rank replicates);
 KV cache = (target KV + tree scratch) · tp·pp + draft KV per device · the draft's tp·pp (:func:`footprint`,
 :class:`DraftParts`: per-device and total figures are never mixed).
 The prefill's pass holds B·P tokens, or P when the runtime prefills one prompt at a time

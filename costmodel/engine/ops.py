@@ -112,6 +112,8 @@ class Exec:
         latent, replicated on every TP rank)."""
         if self.model.mla is not None:
             return 1
+        if np.ndim(self.tp):              # device counts as an array (a sweep's n_devices axis)
+            return np.ceil(self.model.n_kv_heads / self.tp)
         return math.ceil(self.model.n_kv_heads / self.tp)
 
     @functools.cached_property
@@ -372,7 +374,7 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     ops.extend(_attention_ops(shape, ex, t))
     ops.append(gemm("o_proj", m.o_dim / tp * d, t, m.o_dim / tp, d, ex))
     ops.extend(_ffn_ops(ex, t))
-    if tp > 1:
+    if np.all(np.greater(tp, 1)):       # (an array of device counts is all 1 or all > 1)
         from costmodel.engine.parallel import allreduce_time_s, tp_link
         msg = t * d * act
         ops.append(Op("allreduce", "comm", 2 * L, hbm_bytes=0.0,

@@ -51,7 +51,7 @@ import math
 
 import numpy as np
 
-from costmodel.inputs.hardware import Hardware, Link
+from costmodel.inputs.hardware import Hardware, HardwareStack, Link
 
 ALGORITHMS = ("auto", "ring", "tree")
 TOKEN_ID_BYTES = 4.0          # int32 token ids
@@ -64,7 +64,7 @@ def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring")
     auto: the smaller of the two for each message (NCCL picks its algorithm per message size);  0 for n = 1.
     """
     s = np.asarray(message_bytes, dtype=float)
-    if n <= 1:
+    if np.all(np.less_equal(n, 1)):         # (an array of device counts is all 1 or all > 1)
         return np.zeros_like(s)
     if algorithm == "auto":
         return np.minimum(allreduce_time_s(s, n, link, "ring"), allreduce_time_s(s, n, link, "tree"))
@@ -87,8 +87,35 @@ def node_of(device: int, devices_per_node: int) -> int:
     return device // max(int(devices_per_node), 1)
 
 
+def _per_device(hw, pick) -> Link:
+    """``pick(device)`` for each device of a :class:`~costmodel.inputs.hardware.HardwareStack`, as one
+    Link whose α and β are arrays of the stack's shape (each device's own link's figures)."""
+    links = [pick(m) for m in hw.members]
+    return Link(type=links[0].type,
+                bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(hw.shape),
+                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(hw.shape))
+
+
+def _per_element(hw, n, pick) -> Link:
+    """``pick(device, count)`` for every element of the device counts ``n`` (an array) and of the
+    devices (a :class:`~costmodel.inputs.hardware.HardwareStack`, or one device), as one Link whose
+    α and β are arrays of their broadcast shape."""
+    stack = isinstance(hw, HardwareStack)
+    members, hshape = (hw.members, hw.shape) if stack else ((hw,), ())
+    shape = np.broadcast_shapes(hshape, np.shape(n))
+    which = np.broadcast_to(np.arange(len(members)).reshape(hshape) if stack else 0, shape)
+    counts = np.broadcast_to(n, shape)
+    links = [pick(members[which[i]], int(counts[i])) for i in np.ndindex(shape)]
+    return Link(type=links[0].type,
+                bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(shape),
+                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(shape))
+
+
 def _link_between(hw: Hardware, pairs) -> Link:
-    """The network if any (a, b) pair sits on different nodes, else the scale-up fabric."""
+    """The network if any (a, b) pair sits on different nodes, else the scale-up fabric (for a
+    stack of devices, each device's own choice)."""
+    if isinstance(hw, HardwareStack):
+        return _per_device(hw, lambda m: _link_between(m, pairs))
     dpn = hw.devices_per_node
     return hw.network if any(node_of(a, dpn) != node_of(b, dpn) for a, b in pairs) else hw.scale_up
 
@@ -96,6 +123,8 @@ def _link_between(hw: Hardware, pairs) -> Link:
 def tp_link(hw: Hardware, tp: int, pp: int = 1) -> Link:
     """Link of the TP all-reduces: the network when any stage's TP group (devices s·tp … s·tp+tp−1)
     spans nodes — always when tp > devices_per_node — else the scale-up fabric."""
+    if np.ndim(tp):
+        return _per_element(hw, tp, lambda h, t: tp_link(h, t, pp))
     if tp <= 1:
         return hw.scale_up
     return _link_between(hw, [(s * tp, s * tp + tp - 1) for s in range(pp)])
@@ -159,6 +188,8 @@ def draft_link(hw: Hardware, n_target_devices: int, placement: str) -> Link | No
     """
     if placement == "same_device":
         return None
+    if isinstance(hw, HardwareStack):
+        return _per_device(hw, lambda m: draft_link(m, n_target_devices, placement))
     if placement == "separate_node" or n_target_devices >= hw.devices_per_node:
         return hw.network
     return hw.scale_up

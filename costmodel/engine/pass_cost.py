@@ -140,7 +140,10 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     in place once they are this function's own arrays, and a bound's accumulator skips an operator
     that contributes +0.0 everywhere (adding +0.0 to a sum that started at +0.0 changes nothing)."""
     ops = layer_ops(shape, ex)
-    fast = _pass_cost_scalar(shape, ex, ops)
+    # an array pass: the scalar path would return None at its first array operand
+    scalar = not (np.ndim(shape.tokens) or np.ndim(shape.pairs) or np.ndim(shape.kv_hbm_tokens)
+                  or np.ndim(shape.kv_l2_tokens))
+    fast = _pass_cost_scalar(shape, ex, ops) if scalar else None
     if fast is not None:
         return fast
     names = ("compute", "memory", "l2", "interconnect")

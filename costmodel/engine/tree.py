@@ -69,18 +69,50 @@ class Tree:
         return self.depths[np.asarray(leaves) - 1] + 1
 
     @property
+    def path_tokens(self):
+        """Σ over root-to-leaf paths of their tokens (per_branch verification's GEMM tokens)."""
+        return self.leaf_path_lengths.astype(float).sum()
+
+    @property
+    def path_pairs(self) -> float:
+        """Σ over root-to-leaf paths of ℓ(ℓ+1)/2: causal attention pairs inside the branches."""
+        paths = self.leaf_path_lengths.astype(float)
+        return float((paths * (paths + 1) / 2).sum())
+
+    @property
+    def n_leaves(self) -> float:
+        """Root-to-leaf paths (per_branch: one sequence and one attention launch each)."""
+        return float(len(self.leaf_path_lengths))
+
+    @property
     def ancestor_pairs(self) -> int:
         """Σ over the n+1 tree tokens of (ancestors + itself): tree-aware attention positions."""
         return int(self.n_nodes + 1 + (self.depths).sum())
 
-    def expected_tokens(self, rank_acceptance) -> float:
-        """1 + Σ_v Π p_rank along the path (a rank beyond the vector has p = 0: the list p_1..p_k
-        states that lower-ranked candidates are never accepted)."""
+    def path_probabilities(self, rank_acceptance) -> np.ndarray:
+        """P(node accepted) for the root (1) and nodes 1..n: Π p_rank along the path from the root
+        (a rank beyond the vector has p = 0)."""
         p = np.concatenate([np.asarray(rank_acceptance, dtype=float), np.zeros(self.n_nodes + 1)])
         prob = np.ones(self.n_nodes + 1)
         for i, (par, r) in enumerate(zip(self.parents, self.ranks), start=1):
             prob[i] = prob[par] * p[r - 1]
-        return float(prob.sum())
+        return prob
+
+    def depth_tails(self, rank_acceptance) -> np.ndarray:
+        """P(accepted length >= j) for j = 0..depth: the path probabilities summed per depth."""
+        return np.bincount(np.concatenate([[0], self.depths]), weights=self.path_probabilities(rank_acceptance))
+
+    def expected_tokens(self, rank_acceptance) -> float:
+        """1 + Σ_v Π p_rank along the path (a rank beyond the vector has p = 0: the list p_1..p_k
+        states that lower-ranked candidates are never accepted)."""
+        return float(self.path_probabilities(rank_acceptance).sum())
+
+
+def lockstep_tokens(tails, batch):
+    """Tokens per sequence per step of a lock-step batch of B sequences: Σ_j P(accepted length >= j)^B
+    (the batch advances by its shortest accepted path); ``tails`` = P(length >= j), j = 0..depth."""
+    b = np.asarray(batch, dtype=float)
+    return np.sum(tails.reshape((-1,) + (1,) * b.ndim) ** b, axis=0)
 
 
 def validate_parents(parents, field="tree_parents") -> Tree:
@@ -217,7 +249,8 @@ def optimal_tree(n_nodes: int, rank_acceptance: tuple, max_depth: int | None = N
     return _reconstruct(choice, n_nodes, D)
 
 
-def candidate_trees(budget: int, rank_acceptance: tuple, max_depth: int | None = None) -> list:
+@functools.lru_cache(maxsize=64)
+def candidate_trees(budget: int, rank_acceptance: tuple, max_depth: int | None = None) -> tuple:
     """Every distinct tree that is optimal for some (size n <= budget, depth bound d): the search
     space of Sequoia's hardware-aware optimiser, which trades tokens per step against draft passes
     (one per level) and verification tokens. One DP table serves all (n, d)."""
@@ -232,7 +265,58 @@ def candidate_trees(budget: int, rank_acceptance: tuple, max_depth: int | None =
             if t.parents not in seen:
                 seen.add(t.parents)
                 out.append(t)
-    return out
+    return tuple(out)
+
+
+@dataclass(frozen=True, eq=False)
+class TreeTable:
+    """Several trees' shape numbers as arrays over the trees (element i is ``trees[i]``'s), so that
+    all of them are priced in one array evaluation: the same numbers :class:`Tree` gives, computed
+    with the same expressions tree by tree. ``level_sizes`` is (trees, deepest depth), 0 past a
+    tree's depth; ``tokens`` and ``depth_tails`` hold τ and P(accepted length >= j) (padded with 0)
+    for the rank vector the table was built for."""
+
+    trees: tuple
+    n_nodes: np.ndarray
+    depth: np.ndarray
+    ancestor_pairs: np.ndarray
+    path_tokens: np.ndarray
+    path_pairs: np.ndarray
+    n_leaves: np.ndarray
+    level_sizes: np.ndarray
+    tokens: np.ndarray
+    depth_tails: np.ndarray
+
+    def lockstep_tokens(self, batch) -> np.ndarray:
+        """:func:`lockstep_tokens` of every tree for one batch size (trees of one depth together)."""
+        b = float(batch)
+        out = np.empty(len(self.trees))
+        for d in np.unique(self.depth):
+            rows = self.depth == d
+            # row by row over a contiguous block: the summation order of lockstep_tokens on one tree
+            out[rows] = np.sum(np.ascontiguousarray(self.depth_tails[rows, :d + 1]) ** b, axis=1)
+        return out
+
+
+@functools.lru_cache(maxsize=64)
+def candidate_table(budget: int, rank_acceptance: tuple, max_depth: int | None = None) -> TreeTable:
+    """:func:`candidate_trees` as a :class:`TreeTable` (cached per rank vector, budget and depth bound)."""
+    trees = candidate_trees(budget, rank_acceptance, max_depth)
+    deepest = max(t.depth for t in trees)
+    levels = np.zeros((len(trees), deepest), dtype=int)
+    tails = np.zeros((len(trees), deepest + 1))
+    for i, t in enumerate(trees):
+        levels[i, :t.depth] = t.level_sizes
+        tails[i, :t.depth + 1] = t.depth_tails(rank_acceptance)
+
+    def column(f, dtype=float):
+        return np.asarray([f(t) for t in trees], dtype=dtype)
+
+    return TreeTable(trees=trees, n_nodes=column(lambda t: t.n_nodes), depth=column(lambda t: t.depth, int),
+                     ancestor_pairs=column(lambda t: t.ancestor_pairs), path_tokens=column(lambda t: t.path_tokens),
+                     path_pairs=column(lambda t: t.path_pairs), n_leaves=column(lambda t: t.n_leaves),
+                     level_sizes=levels, tokens=column(lambda t: t.expected_tokens(rank_acceptance)),
+                     depth_tails=tails)
 
 
 def _bfs(parents: list) -> Tree:

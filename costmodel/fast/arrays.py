@@ -138,7 +138,7 @@ def add_into(acc, owned: bool, x):
 
 def times_broadcast(a, owned: bool, k, shp):
     """np.broadcast_to(a * k, shp).astype(float), without copies when ``a`` is already ours."""
-    a = a * k if k != 1 else a
+    a = a * k if np.ndim(k) or k != 1 else a
     if owned and np.shape(a) == shp and isinstance(a, (np.ndarray, np.float64)) and a.dtype == np.float64:
         return a
     return np.broadcast_to(a, shp).astype(float)

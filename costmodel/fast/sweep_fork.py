@@ -189,3 +189,61 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
             a.fill(info)
             cols[key] = a
     return cols
+
+
+def map_forked(run, tasks: list, workers: int):
+    """[run(t) for t in tasks] with the tasks dealt round-robin to ``workers`` processes (this one
+    and ``workers − 1`` forked children, each returning its results pickled through a pipe): for
+    grids of many groups, whose columns are not known before the last group is evaluated. Errors
+    reach the caller as in :func:`evaluate_forked`. Needs :func:`can_fork`."""
+    children = []
+    for k in range(1, workers):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                       # the child: every workers-th task from k
+            os.close(r)
+            status = 0
+            try:
+                msg = ("ok", [run(t) for t in tasks[k::workers]])
+            except BaseException as exc:                   # noqa: BLE001 - reported to the parent
+                status = 1
+                msg = (("input", exc.args, exc.__dict__) if isinstance(exc, InputError)
+                       else ("error", f"{type(exc).__name__}: {exc}"))
+            try:
+                with os.fdopen(w, "wb") as f:
+                    pickle.dump(msg, f, protocol=pickle.HIGHEST_PROTOCOL)
+            finally:
+                os._exit(status)
+        os.close(w)
+        children.append((pid, r))
+    results = [None] * len(tasks)
+    failure = None
+    try:
+        results[0::workers] = [run(t) for t in tasks[0::workers]]
+    except BaseException:
+        for pid, _r in children:
+            try:
+                os.kill(pid, 15)
+            except OSError:
+                pass
+        raise
+    finally:
+        for k, (pid, r) in enumerate(children, start=1):
+            with os.fdopen(r, "rb") as f:
+                try:
+                    msg = pickle.load(f)
+                except (EOFError, pickle.UnpicklingError):
+                    msg = ("error", "a sweep worker process exited without its results")
+            os.waitpid(pid, 0)
+            if msg[0] == "ok":
+                results[k::workers] = msg[1]
+            elif failure is None:
+                failure = msg
+    if failure is not None:
+        if failure[0] == "input":
+            exc = InputError.__new__(InputError)
+            exc.args = failure[1]
+            exc.__dict__.update(failure[2])
+            raise exc
+        raise RuntimeError(f"a sweep worker process failed: {failure[1]}")
+    return results

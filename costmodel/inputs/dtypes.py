@@ -22,6 +22,8 @@ defaults below describe a generic AWQ/GPTQ-like layout applied to every weight.
 
 from __future__ import annotations
 
+import numpy as np
+
 from costmodel.errors import InputError
 
 DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
@@ -55,6 +57,8 @@ def quantised_bytes_per_weight(dtype: str, group_size, scale_bytes_per_group: fl
     (``d_in`` None: the scales are counted as 0)."""
     check(dtype, "weight_dtype")
     g = group_size if group_size is not None else d_in
+    if np.ndim(g):                          # per-device input rows over an array of device counts
+        return BYTES_PER_ELEMENT[dtype] + scale_bytes_per_group / g
     return BYTES_PER_ELEMENT[dtype] + (scale_bytes_per_group / g if g else 0.0)
 
 

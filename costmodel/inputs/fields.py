@@ -26,7 +26,14 @@ from dataclasses import dataclass
 REQUIRED = object()
 
 STRATEGIES = ("autoregressive", "speculative", "tree", "shared_prefix")
-DRAFT_KINDS = ("none", "medusa", "eagle", "self")
+DRAFT_KINDS = ("none", "medusa", "eagle", "eagle3", "suffix", "self")
+#: draft kinds that are heads on the target's hidden states (they run on the target's devices and TP)
+HEAD_DRAFTS = ("medusa", "eagle", "eagle3")
+#: draft kinds without weights of their own to place or shard
+WEIGHTLESS_DRAFTS = ("none", "suffix", "medusa", "self")
+#: EAGLE-3's reduced draft vocabulary in its released heads (SafeAILab/EAGLE eagle/traineagle3/config.json
+#: "draft_vocab_size": 32000)
+EAGLE3_DRAFT_VOCAB = 32000
 KERNELS = ("prefix_aware", "per_branch", "dense_masked")
 PLACEMENTS = ("same_device", "separate_device", "separate_node")
 SCHEDULES = ("serial", "overlap")
@@ -156,8 +163,14 @@ FIELDS: tuple[FieldSpec, ...] = (
        aliases=(("ar", "autoregressive"), ("spec", "speculative"), ("shared", "shared_prefix"))),
     _f("draft_model", "text", None, "",
        "the draft: a model id or path, or none (n-gram / prompt lookup), self (the target with "
-       "draft_kv_budget), medusa (heads), eagle (one-layer head)", keywords=DRAFT_KINDS,
+       "draft_kv_budget), medusa (heads), eagle (one-layer head), eagle3 (one-layer head on three target "
+       "layers' features, reduced vocabulary), suffix (suffix-tree drafting on the CPU)", keywords=DRAFT_KINDS,
        allowed_text="a zoo id or path, or " + ", ".join(DRAFT_KINDS)),
+    _f("draft_tensor_parallel", "int", 1, "devices",
+       "devices a draft model is sharded over (its own all-reduces); heads use the target's",
+       minimum=1, maximum=4096),
+    _f("draft_vocab_size", "int", None, "tokens", "tokens of an eagle3 head's own LM head (mapped to the target's)",
+       minimum=1, maximum=1 << 22, default_text=f"{EAGLE3_DRAFT_VOCAB} (at most the target's)"),
     _f("draft_kv_budget", "int", None, "tokens", "tokens of KV the draft keeps (self-draft, MagicDec)",
        minimum=1, default_text="full context"),
     _f("draft_placement", "choice", "same_device", "", "where the draft model runs", choices=PLACEMENTS),
@@ -168,6 +181,9 @@ FIELDS: tuple[FieldSpec, ...] = (
        minimum=0.0, maximum=1.0, maximum_exclusive=True,
        allowed_text="0 <= α < 1 (α = 1 would mean the draft is never wrong; give "
                     "mean_accepted_tokens = gamma + 1 for that)"),
+    _f("acceptance_by_position", "floats", None, "",
+       "α_1..α_γ: probability that chain draft token k is accepted given tokens 1..k−1 were",
+       allowed_text=f"1 to {MAX_RANKS} probabilities in [0, 1], at least gamma of them"),
     _f("mean_accepted_tokens", "float", None, "tokens",
        "τ: tokens gained per verification step, bonus token included (instead of α)", minimum=1.0,
        allowed_text="τ >= 1 (every verification step gains at least the bonus token)"),

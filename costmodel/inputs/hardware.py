@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve
 
@@ -188,3 +190,57 @@ def load_hardware(id_or_path, power_mode: str | None = None, field: str = "hardw
     hw = id_or_path if isinstance(id_or_path, Hardware) else _load_path(
         str(resolve("hardware_specs", id_or_path, field)))
     return hw.with_power_mode(power_mode)
+
+
+#: numeric fields of Hardware that a HardwareStack holds as arrays over its members
+_STACKED = ("sm_count", "vector_flops_per_s", "capacity_bytes", "usable_bytes", "bandwidth_bytes_per_s",
+            "l2_bytes", "l2_bandwidth_bytes_per_s", "kernel_launch_s", "graph_kernel_launch_s",
+            "memory_efficiency", "matrix_efficiency", "tdp_w")
+
+
+@dataclass(frozen=True, eq=False)
+class HardwareStack(Hardware):
+    """Several devices as one :class:`Hardware` whose numbers are arrays along one axis of a sweep's
+    grid (``shape``: 1 everywhere but that axis): every formula reads them as it reads one device's,
+    so a pass is priced for all members in one array evaluation, element for element the same
+    floating-point operations as for each member alone. Built by :func:`stack_hardware` from members
+    that agree on everything the engine branches on for the record they serve
+    (:func:`costmodel.engine.evaluate.hardware_signature`); the links are chosen device by device
+    (``costmodel.engine.parallel``); ``devices_per_node`` is the first member's and is read only there."""
+
+    members: tuple = ()
+    shape: tuple = ()
+
+    __hash__ = object.__hash__            # identity: its arrays are not hashable
+    __eq__ = object.__eq__
+
+    def matrix_peak(self, dtype: str):
+        return np.asarray([m.matrix_peak(dtype) for m in self.members], dtype=float).reshape(self.shape)
+
+    def supports(self, dtype: str) -> bool:
+        return self.members[0].supports(dtype)
+
+    def with_power_mode(self, mode_id: str | None) -> "Hardware":
+        return self                       # the members were loaded in their power mode
+
+
+def stack_hardware(members, shape) -> HardwareStack:
+    """Members (one engine decision signature) as one :class:`HardwareStack`, arrays of ``shape``."""
+    members = tuple(members)
+    first = members[0]
+
+    def arr(values, dtype=float):
+        return np.asarray(values, dtype=dtype).reshape(shape)
+
+    def link(name):
+        ls = [getattr(m, name) for m in members]
+        return Link(type=ls[0].type, bandwidth_bytes_per_s=arr([x.bandwidth_bytes_per_s for x in ls]),
+                    latency_s=arr([x.latency_s for x in ls]))
+
+    nums = {f: arr([getattr(m, f) for m in members], np.int64 if f == "sm_count" else float) for f in _STACKED}
+    return HardwareStack(
+        id=",".join(m.id for m in members), name=",".join(m.name for m in members), vendor=first.vendor,
+        kind=first.kind, matrix_flops_per_s={}, memory_type=first.memory_type,
+        unified_with_cpu=first.unified_with_cpu, devices_per_node=first.devices_per_node,
+        scale_up=link("scale_up"), host=link("host"), network=link("network"),
+        power_mode=first.power_mode, members=members, shape=tuple(shape), **nums)

@@ -111,7 +111,7 @@ def convert(name: str, v, src: str = "record"):
     if kind == "float":
         return _as_float(name, v, src)
     if kind == "floats":
-        return _as_rank_list(name, v, src)
+        return _as_rank_list(name, v, src) if name == "rank_acceptance" else _as_probability_list(name, v, src)
     if kind == "ints":
         return _as_int_list(name, v, src)
     return _as_text(name, v, src)
@@ -158,6 +158,15 @@ def _as_rank_list(name, v, src):
     p = _as_float_list(name, v, src)
     if not p or len(p) > MAX_RANKS or any(x < 0 or x > 1 for x in p) or sum(p) > 1.0 + 1e-9:
         raise InputError(f"invalid rank acceptance {_short(list(p), 80)}", source=src, field=name,
+                         allowed=BY_NAME[name].allowed)
+    return p
+
+
+def _as_probability_list(name, v, src):
+    """1 to MAX_RANKS probabilities, each in [0, 1] (``acceptance_by_position``: not exclusive, no Σ bound)."""
+    p = _as_float_list(name, v, src)
+    if not p or len(p) > MAX_RANKS or any(x < 0 or x > 1 for x in p):
+        raise InputError(f"invalid probabilities {_short(list(p), 80)}", source=src, field=name,
                          allowed=BY_NAME[name].allowed)
     return p
 

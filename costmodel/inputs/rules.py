@@ -67,20 +67,32 @@ def chain_taus_disagree(acceptance_rate, mean_accepted_tokens, gamma):
     return taus_disagree(chain_tokens_per_step(acceptance_rate, gamma), mean_accepted_tokens)
 
 
+def positions_short(acceptance_by_position, gamma):
+    """Fewer acceptance_by_position entries than γ: the later positions' acceptance is unknown."""
+    return len(acceptance_by_position) < np.asarray(gamma)
+
+
+def position_taus_disagree(acceptance_by_position, mean_accepted_tokens, gamma):
+    """α_1..α_γ and τ disagree: τ = 1 + Σ_k Π_{i≤k} α_i is more than 5 % away from the given τ."""
+    from costmodel.engine.acceptance import chain_tokens_by_position
+    return taus_disagree(chain_tokens_by_position(acceptance_by_position, gamma), mean_accepted_tokens)
+
+
 #: (fields read, strategies it applies to (None: all), the test) for the numeric rules a sweep can
 #: vary; the devices rules read fields a sweep does not vectorise
 NUMERIC_RULES = (
     (("shared_prefix_len", "prompt_len"), None, prefix_exceeds_prompt),
     (("mean_accepted_tokens", "gamma"), ("speculative",), tau_exceeds_chain),
     (("acceptance_rate", "mean_accepted_tokens", "gamma"), ("speculative",), chain_taus_disagree),
+    (("acceptance_by_position", "gamma"), ("speculative",), positions_short),
+    (("acceptance_by_position", "mean_accepted_tokens", "gamma"), ("speculative",), position_taus_disagree),
 )
 
 
-def grid_violations(rec, arrays: dict):
-    """True where a grid row breaks a numeric rule: ``rec`` supplies the fixed fields, ``arrays`` the
-    varying ones (numpy arrays that broadcast together). Only rules that read a varying field are
-    evaluated (``rec`` itself was checked by ``parse_record``). None when no rule applies."""
-    bad = None
+def grid_rule_violations(rec, arrays: dict):
+    """(rule, True where a grid row breaks it) for each numeric rule that reads a varying field:
+    ``rec`` supplies the fixed fields, ``arrays`` the varying ones (numpy arrays that broadcast
+    together; ``rec`` itself was checked by ``parse_record``)."""
     for names, strategies, broken in NUMERIC_RULES:
         if strategies is not None and rec.strategy not in strategies:
             continue
@@ -89,7 +101,14 @@ def grid_violations(rec, arrays: dict):
         vals = [arrays[n] if n in arrays else getattr(rec, n) for n in names]
         if any(v is None for v in vals):
             continue
-        b = broken(*vals)
+        yield broken, broken(*vals)
+
+
+def grid_violations(rec, arrays: dict):
+    """True where a grid row breaks a numeric rule (:func:`grid_rule_violations`); None when no rule
+    applies."""
+    bad = None
+    for _rule, b in grid_rule_violations(rec, arrays):
         bad = b if bad is None else (bad | b)
     return bad
 
@@ -112,11 +131,12 @@ def check(r, src: str) -> None:
                          source=src, field="shared_prefix_len",
                          allowed=f"0..prompt_len = 0..{r.prompt_len} (0: the whole prompt is shared)")
     if r.strategy in ("speculative", "tree"):
-        if a is None and tau is None and r.rank_acceptance is None:
+        if a is None and tau is None and r.rank_acceptance is None and r.acceptance_by_position is None:
             raise InputError(f"strategy '{r.strategy}' needs an acceptance figure", source=src,
                              field="acceptance_rate",
                              allowed="acceptance_rate (α), mean_accepted_tokens (τ)"
-                                     + (", or rank_acceptance" if r.strategy == "tree" else ""))
+                                     + (", or rank_acceptance" if r.strategy == "tree" else
+                                        ", or acceptance_by_position (α_1..α_γ)"))
         if r.draft_model is None:
             raise InputError(f"strategy '{r.strategy}' needs a draft_model", source=src, field="draft_model",
                              allowed="a zoo id or path, or " + ", ".join(DRAFT_KINDS))
@@ -130,12 +150,53 @@ def check(r, src: str) -> None:
             raise InputError(f"acceptance_rate {a} implies τ = {implied:.3f} at gamma {r.gamma}, but "
                              f"mean_accepted_tokens is {tau}", source=src, field="mean_accepted_tokens",
                              allowed="give one of α and τ, or two that agree within 5%")
-        if r.draft_model in ("medusa", "eagle"):
+        if r.draft_model == "medusa":
             raise InputError(f"draft_model '{r.draft_model}' proposes a tree", source=src, field="draft_model",
-                             allowed="use strategy=tree for medusa/eagle, or a draft model / none / self "
-                                     "for a chain")
+                             allowed="use strategy=tree for medusa, or a draft model / eagle / eagle3 / none / "
+                                     "suffix / self for a chain")
+        check_positions(r, src)
+    elif r.acceptance_by_position is not None:
+        raise InputError("acceptance_by_position describes a chain", source=src, field="acceptance_by_position",
+                         allowed="strategy=speculative (a tree takes rank_acceptance)")
+    check_draft_fields(r, src)
     if r.strategy == "tree":
         check_tree(r, src)
+
+
+def check_positions(r, src: str) -> None:
+    """α_1..α_γ: at least γ of them, not with α, and agreeing with τ when both are given."""
+    pos, tau = r.acceptance_by_position, r.mean_accepted_tokens
+    if pos is None:
+        return
+    if r.acceptance_rate is not None:
+        raise InputError("acceptance_rate (one α for every position) and acceptance_by_position disagree by "
+                         "construction", source=src, field="acceptance_rate",
+                         allowed="one of acceptance_rate and acceptance_by_position")
+    if positions_short(pos, r.gamma):
+        raise InputError(f"{len(pos)} acceptance(s) for gamma {r.gamma} draft positions", source=src,
+                         field="acceptance_by_position",
+                         allowed=f"at least gamma = {r.gamma} probabilities α_1..α_γ (or gamma={len(pos)})")
+    if tau is not None and position_taus_disagree(pos, tau, r.gamma):
+        from costmodel.engine.acceptance import chain_tokens_by_position
+        implied = float(chain_tokens_by_position(pos, r.gamma))
+        raise InputError(f"acceptance_by_position implies τ = {implied:.3f} at gamma {r.gamma}, but "
+                         f"mean_accepted_tokens is {tau}", source=src, field="mean_accepted_tokens",
+                         allowed="give one of acceptance_by_position and τ, or two that agree within 5%")
+
+
+def check_draft_fields(r, src: str) -> None:
+    """draft_tensor_parallel shards a draft model (not a head, ``none``, ``suffix`` or ``self``);
+    draft_vocab_size belongs to an eagle3 head."""
+    from costmodel.inputs.fields import HEAD_DRAFTS, WEIGHTLESS_DRAFTS
+    spec = r.strategy in ("speculative", "tree")
+    if r.draft_tensor_parallel != 1 and (not spec or r.draft_model in HEAD_DRAFTS + WEIGHTLESS_DRAFTS):
+        raise InputError(f"draft_tensor_parallel {r.draft_tensor_parallel} needs a draft model of its own",
+                         source=src, field="draft_tensor_parallel",
+                         allowed="1 (heads run on the target's tensor-parallel group; none, suffix and self have "
+                                 "no separate weights), or a zoo id / path as draft_model")
+    if r.draft_vocab_size is not None and not (spec and r.draft_model == "eagle3"):
+        raise InputError("draft_vocab_size is the vocabulary of an EAGLE-3 head", source=src,
+                         field="draft_vocab_size", allowed="draft_model=eagle3 (other drafts share the target's)")
 
 
 def _full_tree_nodes(width: int, depth: int, cap: int) -> int:

@@ -6,6 +6,7 @@ is refused, never executed) and :class:`Fields`, which names file and field in e
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -240,10 +241,12 @@ def read_csv(path) -> list:
     return rows
 
 
+@functools.lru_cache(maxsize=None)
 def zoo_dir(kind: str) -> Path:
     """Folder of a bundled zoo: 'hardware_specs', 'model_specs' or 'runtimes'.
 
-    Installed: package data ``costmodel/<kind>``; from a source checkout: ``<repo>/<kind>``.
+    Installed: package data ``costmodel/<kind>``; from a source checkout: ``<repo>/<kind>``. Looked
+    up once per process (the package's location does not change while it runs).
     """
     try:
         d = Path(str(resources.files("costmodel") / kind))
@@ -256,6 +259,10 @@ def zoo_dir(kind: str) -> Path:
 
 def zoo_ids(kind: str) -> list[str]:
     return sorted(p.stem for p in zoo_dir(kind).glob("*.yaml"))
+
+
+#: (zoo, id) -> its file, once found (the bundled zoo does not change while the process runs)
+_ZOO_FILES: dict = {}
 
 
 def resolve(kind: str, id_or_path, field: str) -> Path:
@@ -282,8 +289,12 @@ def resolve(kind: str, id_or_path, field: str) -> Path:
         hint = (f" (the bundled '{stem}' is written without a path: {field}={stem})"
                 if stem in zoo_ids(kind) else "")
         raise InputError(("not a file" if _path_test(p.exists) else "file not found") + hint, source=s, field=field)
+    hit = _ZOO_FILES.get((kind, s.lower()))
+    if hit is not None:
+        return hit
     cand = zoo_dir(kind) / f"{s.lower()}.yaml"
     if _path_test(cand.is_file):
+        _ZOO_FILES[(kind, s.lower())] = cand
         return cand
     ids = zoo_ids(kind)
     raise InputError(f"unknown id {_short(s)}{suggest(s.lower(), ids)}", field=field, allowed=allowed())

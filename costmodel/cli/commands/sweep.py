@@ -33,6 +33,9 @@ def register(subparsers, common):
     p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per evaluation call / Dask task")
     p.add_argument("--workers", type=int, metavar="N",
                    help="processes (forked) evaluating chunks (default: the CPU count, at most 8; 1 = this process alone)")
+    p.add_argument("--on-invalid", choices=("error", "mark", "drop"), default="error",
+                   help="a row evaluate would refuse: error (refuse the grid, default), mark (outputs empty, "
+                        "the reason in an invalid_reason column) or drop (left out); the count goes to stderr")
     p.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     p.set_defaults(func=cmd_sweep)
 
@@ -95,22 +98,30 @@ def cmd_sweep(args):
     show = not args.no_progress and sys.stderr.isatty()
     bar = _Progress(total) if show else None
     local = args.engine == "numpy"
+    mode = args.on_invalid
     try:
-        res = sweep(base, engine=args.engine, scheduler=args.scheduler, chunk_rows=args.chunk_rows,
-                    workers=args.workers, output=None if local else args.output, progress=bar, **axes)
+        if args.output and local:          # streamed: one chunk in memory at a time
+            from costmodel.analysis.sweep_stream import stream_sweep
+            res = stream_sweep(base, axes, args.output, chunk_rows=args.chunk_rows, workers=args.workers,
+                               progress=bar, on_invalid=mode)
+        else:
+            res = sweep(base, engine=args.engine, scheduler=args.scheduler, chunk_rows=args.chunk_rows,
+                        workers=args.workers, output=None if local else args.output, progress=bar,
+                        on_invalid=mode, **axes)
     finally:
         if bar is not None:
             bar.close()
-    if args.output and local:
-        from costmodel.analysis.sweep import write_frame
-        if show:
-            print(f"writing {args.output} …", file=sys.stderr, flush=True)
-        write_frame(res, args.output)       # a temporary file renamed onto FILE when complete
+    if isinstance(res, dict):
+        _report_invalid(mode, res["invalid"], total)
+        print(f"wrote {res['rows']:,} rows × {res['columns']} columns to {args.output}")
+        return
     if args.output:
         ncols = "" if isinstance(res, str) else f" × {len(res.columns)} columns"
         print(f"wrote {total:,} rows{ncols} to {args.output}")
         return
     df = res
+    if mode != "error":
+        _report_invalid(mode, total - len(df) if mode == "drop" else int(df["invalid_reason"].notna().sum()), total)
     if args.format == "json":
         print(fmt.dumps_json({"axes": list(axes), "n_rows": len(df), "rows": df.to_dict(orient="records")}))
     elif args.format == "csv":
@@ -120,3 +131,10 @@ def cmd_sweep(args):
         shown = {c[0] for c in fmt.TABLE_COLUMNS}
         cols = [(a, a, None, "{}") for a in axes if a not in shown] + list(fmt.TABLE_COLUMNS)
         print(fmt.table(df.to_dict(orient="records"), cols))
+
+
+def _report_invalid(mode: str, n: int, total: int) -> None:
+    if mode == "error":
+        return
+    what = "marked in the invalid_reason column" if mode == "mark" else "left out"
+    print(f"sweep: {n:,} of {total:,} rows invalid ({what})", file=sys.stderr)

@@ -7,9 +7,16 @@ Step time (draft on the target's device, or ``draft_schedule=serial`` on another
     two half-batches in flight (B ≥ 2)  max(2·D½, 2·V½, D½ + V½ + X½)
 where D = γ·T_draft, V = T_target and ½ marks a half batch.
 Tokens per step: Leviathan's (1 − α^(γ+1))/(1 − α), or τ as given; lock-step batches Σ α^(jB)
-(see :mod:`costmodel.engine.acceptance`). Draft kinds: a model (own weights and KV), ``self`` (the target
-with a KV budget: reads all weights but only ``draft_kv_budget`` tokens of KV, MagicDec), ``none``
-(n-gram / prompt lookup: no draft passes).
+(see :mod:`costmodel.engine.acceptance`); with ``acceptance_by_position`` τ = 1 + Σ_k Π_{i≤k} α_i.
+Draft kinds: a model (own weights and KV, sharded over ``draft_tensor_parallel`` devices with its own
+all-reduces), ``self`` (the target with a KV budget: reads all weights but only ``draft_kv_budget``
+tokens of KV, MagicDec), ``eagle`` / ``eagle3`` (a one-layer head on the target's features, γ passes
+on the target's devices, as vLLM and SGLang run EAGLE chains; EAGLE-3's head:
+:mod:`costmodel.engine.strategies.heads`), ``none`` (n-gram / prompt lookup: no draft passes) and
+``suffix`` (SuffixDecoding, Oliaro et al., arXiv:2411.04975: suffix-tree drafting on the CPU, no GPU
+draft passes; its draft length varies per step up to γ = γ_max, τ is the chain's at γ_max and the
+verification is priced at the γ_max + 1 tokens it may carry; the CPU lookup time is not priced — the
+output's notes say so).
 """
 
 from __future__ import annotations
@@ -20,13 +27,19 @@ from costmodel.engine import acceptance
 from costmodel.engine import memory
 from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
+from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, prefill_shape, \
     with_step_overhead, spec_method
 
 
 def tokens_per_step(ctx: Ctx, gamma) -> np.ndarray:
-    """τ per sequence per step: given τ, or from α; lock-step batches take the minimum."""
+    """τ per sequence per step: given τ, or from α (or α_1..α_γ); lock-step batches take the minimum."""
+    pos = ctx.rec.acceptance_by_position
+    if pos is not None and ctx.tau is None:
+        if ctx.rec.batch_sync == "lockstep":
+            return acceptance.lockstep_tokens_by_position(pos, gamma, ctx.B)
+        return acceptance.chain_tokens_by_position(pos, gamma)
     if ctx.tau is not None:
         if ctx.rec.batch_sync == "lockstep":
             return acceptance.lockstep_tokens_per_step(acceptance.alpha_from_tau(ctx.tau, gamma), gamma, ctx.B)
@@ -41,24 +54,33 @@ def draft_context(ctx: Ctx, L):
 
 
 def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
-    """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None)."""
+    """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None).
+    An EAGLE-3 head's first pass also runs its fc over the B·q tokens that carry target features
+    (:func:`costmodel.engine.strategies.heads.eagle3_ops`)."""
     B = ctx.B if B is None else B
     if draft is None:
         return Cost.zero(np.shape(B * ctx.P * ctx.G * ctx.gamma))
     Ld = draft_context(ctx, L)
+    if ctx.rec.draft_model == "eagle3":
+        from costmodel.engine.strategies.heads import eagle3_ops
+        t = np.asarray(B, dtype=float) * q_per_pass
+        first = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, t)), draft)
+        rest = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, 0.0)), draft)
+        return first + rest.scale(np.asarray(n_passes, dtype=float) - 1.0)
     return pass_cost(decode_shape(B, q_per_pass, Ld), draft).scale(n_passes)
 
 
 def separate(ctx: Ctx) -> bool:
     """The draft is a model running on its own device: a placement other than ``same_device`` and a
-    draft that has weights of its own (``none``, ``medusa`` and ``self`` have nothing to move)."""
-    return ctx.rec.draft_placement != "same_device" and ctx.rec.draft_model not in ("none", "medusa", "self")
+    draft that has weights of its own (``none``, ``suffix``, ``medusa`` and ``self`` have nothing to move)."""
+    return ctx.rec.draft_placement != "same_device" and ctx.rec.draft_model not in WEIGHTLESS_DRAFTS
 
 
 def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
     """X: k draft token ids to the target, then k + 1 ids (accepted + bonus, an upper bound) back,
     4 B each, α + S/β per message over :func:`costmodel.engine.parallel.draft_link`. An EAGLE head also needs
-    the target's hidden states of those tokens: (k + 1)·d_model·act_bytes more on the way back."""
+    the target's hidden states of those tokens: (k + 1)·d_model·act_bytes more on the way back (an
+    EAGLE-3 head three layers' states: 3·(k + 1)·d_model·act_bytes)."""
     if not separate(ctx):
         return Cost.zero()
     B = ctx.B if B is None else B
@@ -67,8 +89,9 @@ def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
     k = np.asarray(draft_tokens_per_seq, dtype=float)
     out = transfer_time_s(B * k * 4.0, link)
     back_bytes = B * (k + 1.0) * 4.0
-    if ctx.rec.draft_model == "eagle":
-        back_bytes = back_bytes + B * (k + 1.0) * ex.model.d_model * ex.act_bytes
+    if ctx.rec.draft_model in ("eagle", "eagle3"):
+        layers = 3.0 if ctx.rec.draft_model == "eagle3" else 1.0
+        back_bytes = back_bytes + layers * B * (k + 1.0) * ex.model.d_model * ex.act_bytes
     return comm_cost(out + transfer_time_s(back_bytes, link))
 
 
@@ -78,6 +101,9 @@ def lookahead_probability(ctx: Ctx):
     every sequence, so any rejection forces a serial redraft); 0 for trees (not priced)."""
     if ctx.rec.strategy != "speculative":
         return np.asarray(0.0)
+    pos = ctx.rec.acceptance_by_position
+    if pos is not None and ctx.tau is None:       # Π_{i≤γ} α_i per sequence
+        return acceptance.position_survival(pos, ctx.gamma)[-1] ** ctx.B
     a = ctx.alpha if ctx.alpha is not None else acceptance.alpha_from_tau(ctx.tau, ctx.gamma)
     return np.asarray(a, dtype=float) ** (ctx.gamma * ctx.B)
 
@@ -121,19 +147,33 @@ def combine(ctx: Ctx, draft_cost: Cost, verify: Cost, transfer: Cost, halves=Non
     return step
 
 
-def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
-    """Draft weights and KV (:func:`costmodel.engine.memory.draft_breakdown`) of a draft model (its
-    own weights), ``self`` (the target's weights, its own KV) or ``none`` (draft = None: nothing)."""
+def draft_memory(ctx: Ctx, draft, kv_tokens) -> memory.DraftParts:
+    """Draft weights and KV (:func:`costmodel.engine.memory.draft_breakdown`, per device and totals) of
+    a draft model (its own weights on each of its tp·pp devices: total = per-device · tp·pp), an
+    EAGLE or EAGLE-3 head (:func:`costmodel.engine.strategies.heads.head_weights_bytes` per device of
+    the target's tp group, ``head_weights_total_bytes`` over it), ``self`` (the target's weights, its
+    own KV) or ``none`` (draft = None: nothing). KV totals: per device · the draft Exec's tp·pp."""
     if draft is None:
         return memory.draft_breakdown()
-    own = 0.0 if ctx.rec.draft_model == "self" else memory.weights_device_bytes(draft)
-    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B)
+    kind = ctx.rec.draft_model
+    if kind in ("eagle", "eagle3"):
+        from costmodel.engine.strategies.heads import head_weights_bytes, head_weights_total_bytes
+        vocab = ctx.rec.draft_vocab_size
+        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, vocab), draft, kv_tokens, ctx.B,
+                                      weights_total=head_weights_total_bytes(ctx.ex, kind, vocab))
+    if kind == "self":
+        return memory.draft_breakdown(0.0, draft, kv_tokens, ctx.B)
+    own = memory.weights_device_bytes(draft)
+    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B, weights_total=own * (draft.tp * draft.pp))
 
 
 def speculative(ctx: Ctx, draft) -> Outcome:
     ex, B, L, g = ctx.ex, ctx.B, ctx.L, ctx.gamma
     if ctx.rec.draft_model == "self":
         draft = ex                       # the target's own Exec (carries its all-reduce algorithm)
+    elif ctx.rec.draft_model in ("eagle", "eagle3"):
+        from costmodel.engine.strategies.heads import head_exec
+        draft = head_exec(ex, ctx.rec.draft_model, ctx.rec.draft_vocab_size)
     n_draft_passes = 0.0 if draft is None else g
     dcost = draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L)
     verify = pass_cost(decode_shape(B, g + 1.0, L), ex)
@@ -173,7 +213,8 @@ def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None
 
 
 def _draft_prefill(ctx: Ctx, draft) -> Cost:
-    """The draft model also processes the prompt (its own KV cache); ``self``/``none`` do not."""
+    """The draft model also processes the prompt (its own KV cache); ``self``/``none``/``suffix`` do not;
+    an EAGLE head does, over the target's features (its layer's KV)."""
     if draft is None or ctx.rec.draft_model == "self":
         return Cost.zero()
     return pass_cost(prefill_shape(ctx.B, ctx.P), draft)

@@ -3,11 +3,12 @@
 A draft proposes a tree of T nodes; the target verifies the T nodes plus the root (q = T + 1) in
 one pass with a tree mask. Tokens per step τ = 1 + Σ_v Π p_rank along v's path (:mod:`costmodel.engine.tree`).
 
-Draft cost: a draft model or an EAGLE head drafts a tree of depth D in D passes, one at the root and
-one over each of levels 1..D−1 (the last level is not drafted from); an EAGLE pass also runs its
-2d×d fusion layer. Medusa heads run inside the target pass, all ``medusa_heads`` of them (each a d×d
-ResBlock and a d×vocab LM head), and bound the tree's depth;
-``none`` costs nothing. Verification kernels:
+Draft cost: a draft model, an EAGLE or an EAGLE-3 head drafts a tree of depth D in D passes, one at
+the root and one over each of levels 1..D−1 (the last level is not drafted from); an EAGLE pass also
+runs its 2d×d fusion layer, an EAGLE-3 head its 3d×d fc on the root's pass only
+(:mod:`costmodel.engine.strategies.heads`). Medusa heads run inside the target pass, all
+``medusa_heads`` of them (each a d×d ResBlock and a d×vocab LM head), and bound the tree's depth;
+``none`` and ``suffix`` cost nothing. Verification kernels:
 
 * ``dense_masked``:  the full q × (L + q) block is computed; context KV read once per sequence
 * ``prefix_aware``:  only ancestor pairs inside the tree are computed; context KV read once
@@ -30,7 +31,8 @@ from costmodel.engine.ops import Exec, Op, PassShape, gemm
 from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.tree import Tree, candidate_trees, full_tree, optimal_tree, validate_parents
+from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
+    validate_parents
 from costmodel.engine.strategies.common import Ctx, Outcome, l2_hit_fraction, prefill_cost, with_step_overhead, spec_method
 from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
@@ -109,47 +111,43 @@ def medusa_ops(ex: Exec, n_heads: int, B) -> list:
                hbm_bytes=params * ex.w_bytes + t * n_heads * m.vocab_size / ex.tp * 4.0, group="heads")]
 
 
-def draft_pass_tokens(tr: Tree) -> np.ndarray:
+def draft_pass_tokens(tr) -> np.ndarray:
     """Tokens per sequence of each draft pass of a tree of depth D: D passes, one at the root (it drafts
     level 1) and one on each level 1..D−1 (it drafts the next level); the last level is never drafted
-    from (SafeAILab/EAGLE cnets.py topK_genrate: one forward before its loop of depth − 1 more)."""
+    from (SafeAILab/EAGLE cnets.py topK_genrate: one forward before its loop of depth − 1 more).
+    For a :class:`TreeTable`: (trees, deepest depth), row i = tree i's passes then 0 (no pass) past
+    its depth — the level sizes shifted one column right, the root's 1 in front."""
+    if isinstance(tr, TreeTable):
+        levels = np.asarray(tr.level_sizes, dtype=float)
+        passes = np.zeros_like(levels)
+        if levels.shape[1]:
+            passes[:, 0] = 1.0
+            passes[:, 1:] = levels[:, :-1]
+        passes[np.arange(levels.shape[1])[None, :] >= np.asarray(tr.depth)[:, None]] = 0.0
+        return passes
     if tr.depth == 0:
         return np.zeros(0)
     return np.concatenate([[1.0], np.asarray(tr.level_sizes, dtype=float)[:-1]])
 
 
-def verify_shape(ctx: Ctx, tr: Tree, kernel: str, extra_ops) -> PassShape:
+def verify_shape(ctx: Ctx, tr, kernel: str, extra_ops) -> PassShape:
+    """The verification pass of tree ``tr`` (a :class:`Tree`, or a :class:`TreeTable`: arrays over trees)."""
     B, L = ctx.B, ctx.L
     q = tr.n_nodes + 1.0
     if kernel == "per_branch":
-        paths = tr.leaf_path_lengths.astype(float)
-        n_br = float(len(paths))
+        n_br = tr.n_leaves
         ex = ctx.ex
         hit = l2_hit_fraction(ex, B * L)
         rereads = B * L * (n_br - 1.0)
-        return PassShape(tokens=B * paths.sum(), pairs=B * float((paths * (paths + 1) / 2).sum()) + B * L * paths.sum(),
+        return PassShape(tokens=B * tr.path_tokens, pairs=B * tr.path_pairs + B * L * tr.path_tokens,
                          kv_hbm_tokens=B * L + rereads * (1.0 - hit), kv_l2_tokens=rereads * hit,
-                         lm_tokens=B * paths.sum(), attn_kernels=n_br, kv_write_tokens=B * paths.sum(),
+                         lm_tokens=B * tr.path_tokens, attn_kernels=n_br, kv_write_tokens=B * tr.path_tokens,
                          extra_ops=extra_ops)
     if kernel == "dense_masked":
         pairs = B * q * (L + q)
     else:
         pairs = B * (q * L + tr.ancestor_pairs)
     return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops)
-
-
-def _node_probabilities(tr: Tree, ranks) -> np.ndarray:
-    """P(node accepted) for the root (1) and nodes 1..n: the product of p_rank along its path."""
-    p = np.concatenate([np.asarray(ranks, dtype=float), np.zeros(tr.n_nodes + 1)])
-    prob = np.ones(tr.n_nodes + 1)
-    for i, (par, rk) in enumerate(zip(tr.parents, tr.ranks), start=1):
-        prob[i] = prob[par] * p[rk - 1]
-    return prob
-
-
-def _depth_tails(tr: Tree, prob) -> np.ndarray:
-    """P(accepted length ≥ j), j = 0..depth: the node probabilities summed per depth."""
-    return np.bincount(np.concatenate([[0], tr.depths]), weights=prob)
 
 
 def alpha_for_tree_tau(tr: Tree, tau, iterations: int = 60) -> np.ndarray:
@@ -159,32 +157,38 @@ def alpha_for_tree_tau(tr: Tree, tau, iterations: int = 60) -> np.ndarray:
     lo, hi = np.zeros_like(tau), np.ones_like(tau)
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
-        got = np.vectorize(lambda a: _node_probabilities(tr, acceptance.default_rank_acceptance(float(a))).sum())(mid)
+        got = np.vectorize(lambda a: tr.expected_tokens(acceptance.default_rank_acceptance(float(a))))(mid)
         above = got > tau
         hi = np.where(above, mid, hi)
         lo = np.where(above, lo, mid)
     return 0.5 * (lo + hi)
 
 
-def tree_tokens_per_step(ctx: Ctx, tr: Tree) -> np.ndarray:
+def tree_tokens_per_step(ctx: Ctx, tr) -> np.ndarray:
     """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B, the
     depth distribution of a given τ being that of the α whose rank model gives τ
-    (:func:`alpha_for_tree_tau`; at B = 1 it returns τ)."""
+    (:func:`alpha_for_tree_tau`; at B = 1 it returns τ).
+    ``tr``: a :class:`Tree`, or a :class:`TreeTable` built for ``rank_vector(ctx)`` (one configuration:
+    one batch size) — its columns give τ; a given τ under lock-step needs each tree's own α, so that
+    case is computed tree by tree (this function on each of ``tr.trees``)."""
     given_tau = ctx.tau is not None and ctx.rec.rank_acceptance is None and ctx.rec.acceptance_rate is None
-    if given_tau and ctx.rec.batch_sync != "lockstep":
+    lockstep = ctx.rec.batch_sync == "lockstep"
+    if given_tau and not lockstep:
         return np.asarray(ctx.tau, dtype=float)
+    if isinstance(tr, TreeTable):
+        if given_tau:
+            return np.asarray([np.ravel(tree_tokens_per_step(ctx, t))[0] for t in tr.trees])
+        return tr.lockstep_tokens(ctx.B) if lockstep else tr.tokens
     if given_tau:
         tau = np.asarray(ctx.tau, dtype=float)
         alphas = alpha_for_tree_tau(tr, tau)
-        tails = np.stack([_depth_tails(tr, _node_probabilities(tr, acceptance.default_rank_acceptance(float(a))))
-                          for a in np.ravel(alphas)], axis=-1).reshape((-1,) + np.shape(tau))
-    else:
-        tails = _depth_tails(tr, _node_probabilities(tr, rank_vector(ctx)))
-        if ctx.rec.batch_sync != "lockstep":
-            return np.asarray(tails.sum())
-        tails = tails.reshape((-1,) + (1,) * np.ndim(ctx.B))
-    b = np.asarray(ctx.B, dtype=float)
-    return np.sum(tails ** b, axis=0)
+        tails = np.stack([tr.depth_tails(acceptance.default_rank_acceptance(float(a))) for a in np.ravel(alphas)],
+                         axis=-1).reshape((-1,) + np.shape(tau))
+        return np.sum(tails ** np.asarray(ctx.B, dtype=float), axis=0)
+    ranks = rank_vector(ctx)
+    if lockstep:
+        return lockstep_tokens(tr.depth_tails(ranks), ctx.B)
+    return np.asarray(tr.path_probabilities(ranks).sum())
 
 
 def resolve_draft(ctx: Ctx, draft):
@@ -192,35 +196,96 @@ def resolve_draft(ctx: Ctx, draft):
     kind = ctx.rec.draft_model
     if kind == "eagle":
         return eagle_exec(ctx.ex), "eagle"
-    if kind in ("medusa", "none"):
+    if kind == "eagle3":
+        from costmodel.engine.strategies.heads import head_exec
+        return head_exec(ctx.ex, kind, ctx.rec.draft_vocab_size), "eagle3"
+    if kind in ("medusa", "none", "suffix"):
         return None, kind
     if kind == "self":
         return ctx.ex, "self"
     return draft, "model"
 
 
-def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
-    ex, B, L = ctx.ex, ctx.B, ctx.L
+def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
+    """The draft's passes (:func:`draft_pass_tokens`): pass d = 0..D−1 runs over the n_d tokens per
+    sequence it drafts from (n_0 = 1, the root; n_d = level d's size), B·n_d tokens attending to
+    L_d + d positions (L_d: the draft's context), summed pass by pass. An EAGLE pass adds its 2d×d
+    fusion layer (:func:`eagle_fuse_op`); an EAGLE-3 head its operators
+    (:func:`costmodel.engine.strategies.heads.eagle3_ops`), the feature-fusing fc on the root's pass
+    only. For a :class:`TreeTable` every (tree, pass) is priced in one array evaluation per kind of
+    pass and the sums run pass by pass as for one tree (a pass past a tree's depth adds +0.0: no change)."""
+    B = ctx.B
+    Ld = ctx.L if ctx.draft_kv_budget is None else np.minimum(ctx.L, ctx.draft_kv_budget)
+
+    def one_pass(n_d, d, first):
+        t = B * n_d
+        extra = []
+        if kind == "eagle":
+            extra = [eagle_fuse_op(d_ex, t)]
+        elif kind == "eagle3":      # the fc over the features of the root pass's input tokens
+            from costmodel.engine.strategies.heads import eagle3_ops
+            extra = eagle3_ops(d_ex, t, t if first else 0.0)
+        return PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t, extra_ops=extra)
+
+    passes = draft_pass_tokens(tr)
+    if not isinstance(tr, TreeTable):
+        dcost = Cost.zero()
+        for d, n_d in enumerate(passes):          # d: the depth the pass drafts from
+            dcost = dcost + pass_cost(one_pass(n_d, d, d == 0), d_ex)
+        return dcost
+    rows, cols = np.nonzero(passes)
+    n_trees, n_passes = passes.shape
+    # one array evaluation per kind of pass (the root pass of an EAGLE-3 head has its fc), its
+    # results placed back at their (tree, pass) cells
+    groups = [np.ones(rows.shape, dtype=bool)] if kind != "eagle3" else [cols == 0, cols != 0]
+    cells = {"time_s": np.zeros((n_trees, n_passes)), "flops": np.zeros((n_trees, n_passes)),
+             "hbm_bytes": np.zeros((n_trees, n_passes))}
+    by_bound = {}
+    for sel in groups:
+        if not sel.any():
+            continue
+        r, c = rows[sel], cols[sel]
+        flat = pass_cost(one_pass(passes[r, c], c.astype(float), kind == "eagle3" and bool(c[0] == 0)), d_ex)
+        for name in cells:
+            cells[name][r, c] = np.broadcast_to(getattr(flat, name), r.shape)
+        for b, v in flat.by_bound.items():
+            by_bound.setdefault(b, np.zeros((n_trees, n_passes)))[r, c] = np.broadcast_to(v, r.shape)
+
+    def summed(grid):
+        total = np.zeros(n_trees)
+        for d in range(n_passes):
+            total = total + grid[:, d]
+        return total
+
+    return Cost(summed(cells["time_s"]), summed(cells["flops"]), summed(cells["hbm_bytes"]),
+                {b: summed(v) for b, v in by_bound.items()}, [])
+
+
+def tree_step(ctx: Ctx, draft, tr):
+    """(step cost, draft cost, verification cost, verification shape, draft Exec, draft kind) of tree
+    ``tr`` (a :class:`Tree`, or a :class:`TreeTable`: then arrays over its trees)."""
+    ex, B = ctx.ex, ctx.B
     d_ex, kind = resolve_draft(ctx, draft)
     extra = medusa_ops(ex, medusa_heads(ctx.rec), B) if kind == "medusa" else []
     vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
     verify = pass_cost(vs, ex)
-    dcost = Cost.zero()
-    widest = 0.0
-    if d_ex is not None:
-        Ld = L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
-        for d, n_d in enumerate(draft_pass_tokens(tr)):     # d: the depth the pass drafts from
-            t = B * n_d
-            shape = PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t,
-                              extra_ops=[eagle_fuse_op(d_ex, t)] if kind == "eagle" else [])
-            dcost = dcost + pass_cost(shape, d_ex)
-            widest = max(widest, float(n_d))
-    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, float(tr.n_nodes))), ex,
-                              spec_method(ctx.rec.draft_model), seqs=ctx.B)
+    dcost = Cost.zero() if d_ex is None else draft_levels_cost(ctx, d_ex, tr, kind)
+    n_nodes = np.asarray(tr.n_nodes, dtype=float)
+    step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, n_nodes)), ex, spec_method(ctx.rec.draft_model),
+                              seqs=ctx.B)
+    return step, dcost, verify, vs, d_ex, kind
+
+
+def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
+    """Tree ``tr`` priced: :func:`tree_step`, and memory — a separate draft device also holds the
+    activations of its widest draft pass (:func:`draft_pass_tokens`)."""
+    ex, B = ctx.ex, ctx.B
+    step, dcost, verify, vs, d_ex, kind = tree_step(ctx, draft, tr)
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
                                                           (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
     own = separate(ctx)
+    widest = float(draft_pass_tokens(tr).max(initial=0.0))
     fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr), separate=own,
                           draft_activations=memory.activation_bytes(d_ex, B * widest, B * widest) if own else None)
     target_prefill = prefill_cost(ctx)
@@ -235,16 +300,15 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
 
 def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree):
     """Draft weights and KV of a tree's draft (:class:`costmodel.engine.memory.DraftParts`): Medusa
-    heads (``medusa_heads`` of them, split over tp, no KV); an EAGLE head (split over tp, whole on one
-    stage; its own layer's KV over the whole context); else :func:`draft_memory` over the context or
+    heads (``medusa_heads`` of them, split over tp, no KV); an EAGLE or EAGLE-3 head (split over tp, whole
+    on one stage; its own layer's KV over the whole context); else :func:`draft_memory` over the context or
     the ``draft_kv_budget``."""
     ex = ctx.ex
     if kind == "medusa":
         total = medusa_params(ex.model, medusa_heads(ctx.rec)) * ex.w_bytes
         return memory.draft_breakdown(total / ex.tp, weights_total=total)
-    if kind == "eagle":
-        total = eagle_extra_params(ex.model) * ex.w_bytes
-        return memory.draft_breakdown(total / d_ex.tp, d_ex, ctx.B * ctx.L_peak, weights_total=total)
+    if kind in ("eagle", "eagle3"):
+        return draft_memory(ctx, d_ex, ctx.B * ctx.L_peak)
     kv_context = ctx.L_peak if ctx.draft_kv_budget is None else np.minimum(ctx.L_peak, ctx.draft_kv_budget)
     return draft_memory(ctx, d_ex, ctx.B * kv_context)
 
@@ -260,11 +324,19 @@ def tree(ctx: Ctx, draft) -> Outcome:
         if np.size(ctx.B) != 1:
             raise InputError("optimal_for_hardware trees are searched per configuration; sweep them one "
                              "row at a time", field="tree_shape")
-        best, best_rate = None, -1.0
-        for tr in candidate_trees(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), depth_bound(r)):
-            out = tree_outcome(ctx, draft, tr)
-            rate = float(np.ravel(out.tokens_per_step / out.step.time_s)[0])
-            if rate > best_rate:
-                best, best_rate = out, rate
-        return best
+        return tree_outcome(ctx, draft, best_for_hardware(ctx, draft))
     return tree_outcome(ctx, draft, build_tree(ctx))
+
+
+def best_for_hardware(ctx: Ctx, draft) -> Tree:
+    """The candidate tree with the most tokens per second, τ / step time (the first on a tie): all
+    candidates priced at once as a :class:`TreeTable` (only their step: prefill and memory do not
+    depend on the tree's choice), one configuration (every numeric field of ``ctx`` of size 1)."""
+    r = ctx.rec
+    one = dataclasses.replace(ctx, **{f.name: np.reshape(getattr(ctx, f.name), ())
+                                       for f in dataclasses.fields(ctx)
+                                       if isinstance(getattr(ctx, f.name), np.ndarray)})
+    table = candidate_table(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), depth_bound(r))
+    step = tree_step(one, draft, table)[0]
+    rate = tree_tokens_per_step(one, table) / step.time_s
+    return table.trees[int(np.argmax(np.where(np.isnan(rate), -np.inf, rate)))]

@@ -1,4 +1,5 @@
-"""The foundation's reference figures (AR decoding, memory, hardware and model zoos), through the public API."""
+"""Headline figures of the roofline (bandwidth floor, 70B memory, device order, bound at small and large
+batch, Orin power modes) and the listing commands, through the public API."""
 
 import pytest
 

@@ -1,0 +1,130 @@
+"""Categorical axes priced as arrays: the ``hardware`` axis as a
+:class:`~costmodel.inputs.hardware.HardwareStack` (device numbers as arrays along its dimension)
+and the ``n_devices`` axis as an array of device counts, so that one block of the sweep covers every
+device and device count the engine prices alike (:func:`costmodel.engine.evaluate.hardware_signature`;
+counts all one or all several). Used by :func:`costmodel.analysis.sweep_grid.group_blocks`."""
+
+from __future__ import annotations
+
+import itertools
+
+from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value
+from costmodel.errors import InputError
+
+
+def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict: bool):
+    """(blocks, the n_devices value indices left to price one by one): contiguous runs of two or more
+    device counts whose records parse and that the engine prices alike (all one device or all
+    several, tensor parallel over the n devices, one pipeline stage, no draft device of its own:
+    ``n_devices_total`` would differ) become blocks with the device counts as an array."""
+    group = [a for a in axes if not a.numeric]
+    first = {a.name: a.values[0] for a in axes if a.numeric}
+    recs = []
+    for j in range(len(nd.raw)):
+        g = {a.name: a.raw[0 if a is hw else j if a is nd else index[a.name]] for a in group}
+        try:
+            r = _parse({**base, **g, **first}, list(g.items()), execs=True)
+        except InputError:
+            r = None
+        ok = r is not None and r.tensor_parallel is None and r.pipeline_parallel == 1 and \
+            r.strategy in ("autoregressive", "speculative", "shared_prefix") and \
+            (r.draft_placement == "same_device" or r.draft_model in ("none", "medusa", "self"))
+        recs.append((r.n_devices > 1) if ok else None)
+    blocks, left, j = [], [], 0
+    while j < len(recs):
+        k = j
+        while k + 1 < len(recs) and recs[j] is not None and recs[k + 1] == recs[j]:
+            k += 1
+        got = stacked_blocks(base, axes, index, hw, strict, (nd, list(range(j, k + 1)))) if k > j else None
+        if got is None:
+            left.extend(range(j, k + 1))
+        else:
+            blocks.extend(got)
+        j = k + 1
+    return blocks, left
+
+
+def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool = True, run=None):
+    """The blocks of one group with every ``hardware`` value (``hw``, its axis, or None) and the
+    device counts of ``run`` ((``n_devices`` axis, contiguous value indices) or None) priced
+    together: one block per set of devices the engine treats alike
+    (:func:`costmodel.engine.evaluate.hardware_signature`), its devices a
+    :class:`~costmodel.inputs.hardware.HardwareStack` and its device counts an array when evaluated.
+    None when the group is not stacked: its record is refused, a device does not load, or it is
+    searched row by row. A group refused for every device (they all load) is marked device by
+    device, each with its own first row's message."""
+    from costmodel.engine.evaluate import hardware_signature
+    from costmodel.inputs.hardware import load_hardware
+
+    group = [a for a in axes if not a.numeric]
+    numeric = [a for a in axes if a.numeric]
+    first = {a.name: a.values[0] for a in numeric}
+    nd, counts = run if run is not None else (None, [None])
+    n_hw = 1 if hw is None else len(hw.raw)
+
+    def gvals(j, c=counts[0]):
+        return {a.name: a.raw[j if a is hw else c if a is nd else index[a.name]] for a in group}
+
+    def devices_in(mode):
+        if hw is None:
+            return [None]
+        return [load_hardware(v.strip(), mode.strip() if isinstance(mode, str) else mode) for v in hw.raw]
+
+    try:
+        rec = _parse({**base, **gvals(0), **first}, list(gvals(0).items()), execs=True)
+        devices = devices_in(rec.power_mode)
+    except InputError:
+        if strict or run is not None or hw is None:
+            return None                   # the group by group path raises its first row's error
+        try:
+            devices_in({**base, **gvals(0)}.get("power_mode"))
+        except (InputError, TypeError, AttributeError):
+            return None
+        rec = _any_row(base, gvals(0), numeric)
+        if rec is None:                   # no row parses: refused for every device alike
+            blocks = []
+            for j in range(n_hw):
+                try:
+                    _parse({**base, **gvals(j), **first}, list(gvals(j).items()), execs=True)
+                    return None
+                except InputError as exc:
+                    blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),
+                                        invalid=str(exc)))
+            return blocks
+        devices = devices_in(rec.power_mode)
+    if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
+        return None
+    ns = [rec.n_devices]
+    for c in counts[1:]:                  # the run's other device counts (they parse: device_runs)
+        ns.append(_parse({**base, **gvals(0, c), **first}, list(gvals(0, c).items())).n_devices)
+    parts: dict = {}
+    for j, d in enumerate(devices):
+        parts.setdefault(None if d is None else hardware_signature(rec, d), []).append(j)
+    loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
+    vec = [a.name for a in axes if a is hw or a is nd or (a.numeric and a not in loop)]
+    blocks = []
+    for members in parts.values():
+        g = gvals(members[0])
+        for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
+            lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
+            pairs = list(g.items()) + list(lvals.items())
+            try:
+                r = _parse({**base, **g, **first, **lvals}, pairs) if loop else rec
+            except InputError:
+                return None                # refused looped values: group by group, as given
+            m = {} if hw is None else {"hardware": members}
+            if nd is not None:
+                m["n_devices"] = list(counts)
+            blocks.append(Block(r, {**index, **dict(zip((a.name for a in loop), lidx))}, vec, label=_label(pairs),
+                                members=m, stack=() if hw is None else tuple(devices[j] for j in members),
+                                counts=tuple(ns) if nd is not None else ()))
+    for a in group:
+        i = index.get(a.name)
+        if i is not None and a.values[i] is None:
+            a.values[i] = canonical_value(getattr(rec, a.name))
+    if hw is not None:
+        hw.values = [v.strip() if c is None else c for v, c in zip(hw.raw, hw.values)]
+    if nd is not None:
+        for c, n in zip(counts, ns):
+            nd.values[c] = canonical_value(n)
+    return blocks
