@@ -99,6 +99,8 @@ def records(draw, strategies=STRATEGIES, tree_shapes=("full", "nodes", "parents"
         elif shape == "parents":
             rec["tree_parents"] = draw(parent_lists())
             depth = Tree(tuple(rec["tree_parents"])).depth
+            if rec["draft_model"] == "medusa":
+                rec["medusa_heads"] = max(5, depth)      # a checkpoint with a head per level
         else:
             rec["tree_nodes"] = draw(st.integers(1, 12 if shape == "hardware" else 48))
             if draw(st.booleans()):

@@ -12,7 +12,9 @@ for the group. Formulas (per layer unless stated):
 * MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
-              L2 bytes = KV tokens re-read from L2
+              L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
+              among its query heads (Runtime.gqa_attention) reads or copies it once per query head
+              (gqa_extra_bytes; L2 absorbs the re-reads it holds)
 * all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
               faster per message (auto, the default), over
               parallel.tp_link: the network when the TP group spans nodes)
@@ -253,6 +255,38 @@ def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
                     h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
 
 
+def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
+    """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
+    the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
+    ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
+    return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
+
+
+def gqa_extra_bytes(ex: Exec, kv_read_tokens):
+    """(extra HBM bytes, L2 bytes) per layer of an attention kernel that does not share a KV head among
+    its r = (heads/tp)/(KV heads per device) query heads (``Runtime.gqa_attention``), for
+    ``kv_read_tokens`` KV tokens read (K = the bytes of those tokens' KV on the device,
+    h = :func:`l2_hit_fraction` of the re-read set):
+
+        per_query_head: r − 1 re-reads of K:   HBM (r − 1)·K·(1 − h), L2 (r − 1)·K·h, h over K
+        repeat_kv:      r copies written, then read:  HBM r·K + r·K·(1 − h), L2 r·K·h, h over r·K
+
+    (None, None) for ``grouped`` kernels, r ≤ 1 (MHA) and MLA (one latent read by every head)."""
+    mode = ex.rt.gqa_attention
+    m = ex.model
+    if mode == "grouped" or m.mla is not None:
+        return None, None
+    r = ex.heads_per_device / ex.kv_heads_per_device
+    if r <= 1.0:
+        return None, None
+    k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
+    if mode == "per_query_head":
+        h = l2_hit_fraction(ex, kv_read_tokens)
+        return (r - 1.0) * k_bytes * (1.0 - h), (r - 1.0) * k_bytes * h
+    h = l2_hit_fraction(ex, r * np.asarray(kv_read_tokens, dtype=float))
+    return r * k_bytes + r * k_bytes * (1.0 - h), r * k_bytes * h
+
+
 def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
     """The attention operator(s): global layers over the whole context; windowed layers (sliding or
     chunked) over at most W positions per query and seqs·W KV tokens per layer (``PassShape.seqs``;
@@ -288,9 +322,14 @@ def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
             up = (2.0 * h * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) * pr
                   + 2.0 * m.mla_kv_up_params / tp * np.maximum(read - t, 0.0))
             flops = np.minimum(absorbed, up)
+        gqa_hbm, gqa_l2 = gqa_extra_bytes(ex, read)
+        if gqa_hbm is not None:
+            hbm, l2_tokens = hbm + gqa_hbm, l2_tokens * kv_tok + gqa_l2
+        else:
+            l2_tokens = l2_tokens * kv_tok
         if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
             hbm = hbm + 2.0 * 4.0 * ex.heads_per_device * pr
-        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens * kv_tok))
+        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens))
     return ops
 
 

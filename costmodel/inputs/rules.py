@@ -258,6 +258,17 @@ def _full_tree_nodes(width: int, depth: int, cap: int) -> int:
     return n
 
 
+#: Medusa heads when a record does not say: the released Medusa-1 Vicuna-7B/13B/33B checkpoints
+#: (FasterDecoding/medusa-vicuna-*-v1.3, config medusa_num_heads = 5); their default tree
+#: mc_sim_7b_63 uses 4 of them
+DEFAULT_MEDUSA_HEADS = 5
+
+
+def medusa_heads(r) -> int:
+    """The record's ``medusa_heads``, else :data:`DEFAULT_MEDUSA_HEADS`."""
+    return DEFAULT_MEDUSA_HEADS if r.medusa_heads is None else int(r.medusa_heads)
+
+
 def check_tree(r, src: str) -> None:
     """A tree's shape is given one way and is consistent; τ fits it; α or ranks and τ agree."""
     from costmodel.engine.acceptance import default_rank_acceptance
@@ -304,6 +315,15 @@ def check_tree(r, src: str) -> None:
         depth = d
     else:
         depth = n if d is None else min(n, d)
+    if r.draft_model == "medusa" and (parents is not None or w is not None):
+        heads = medusa_heads(r)
+        if depth > heads:
+            raise InputError(f"a tree of depth {depth} needs {depth} Medusa heads, but the target has {heads}",
+                             source=src, field="tree_parents" if parents is not None else "tree_depth",
+                             allowed=f"a tree at most medusa_heads = {heads} levels deep (or more medusa_heads)")
+        depth = min(depth, heads)
+    elif r.draft_model == "medusa":
+        depth = min(depth, medusa_heads(r))
     tau = r.mean_accepted_tokens
     if tau is not None and shape == "optimal_for_hardware":
         # the search compares tree sizes: a fixed τ would make the smallest tree always win

@@ -152,20 +152,26 @@ def combine(ctx: Ctx, draft_cost: Cost, verify: Cost, transfer: Cost, halves=Non
     return step
 
 
-def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
-    """Draft weights and KV (:func:`costmodel.engine.memory.draft_breakdown`) of a draft model (its
-    own weights), ``self`` (the target's weights, its own KV) or ``none`` (draft = None: nothing)."""
+def draft_memory(ctx: Ctx, draft, kv_tokens) -> memory.DraftParts:
+    """Draft weights and KV (:func:`costmodel.engine.memory.draft_breakdown`, per device and totals) of
+    a draft model (its own weights on each of its tp·pp devices: total = per-device · tp·pp), an
+    EAGLE or EAGLE-3 head (:func:`costmodel.engine.strategies.heads.head_weights_bytes` per device of
+    the target's tp group, ``head_weights_total_bytes`` over it), ``self`` (the target's weights, its
+    own KV) or ``none`` (draft = None: nothing). KV totals: per device · the draft Exec's tp·pp."""
     if draft is None:
         return memory.draft_breakdown()
     kind = ctx.rec.draft_model
     if kind == "mtp":
         return memory.draft_breakdown(memory.mtp_weights_device_bytes(draft), draft, kv_tokens, ctx.B)
     if kind in ("eagle", "eagle3"):
-        from costmodel.engine.strategies.heads import head_weights_bytes
-        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, ctx.rec.draft_vocab_size), draft,
-                                      kv_tokens, ctx.B)
-    own = 0.0 if kind == "self" else memory.weights_device_bytes(draft)
-    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B)
+        from costmodel.engine.strategies.heads import head_weights_bytes, head_weights_total_bytes
+        vocab = ctx.rec.draft_vocab_size
+        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, vocab), draft, kv_tokens, ctx.B,
+                                      weights_total=head_weights_total_bytes(ctx.ex, kind, vocab))
+    if kind == "self":
+        return memory.draft_breakdown(0.0, draft, kv_tokens, ctx.B)
+    own = memory.weights_device_bytes(draft)
+    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B, weights_total=own * (draft.tp * draft.pp))
 
 
 def speculative(ctx: Ctx, draft) -> Outcome:
@@ -192,22 +198,12 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     own = separate(ctx)
     fp = memory.footprint(ex, target, draft_memory(ctx, draft, d_kv_tokens), separate=own,
-                          draft_activations=memory.activation_bytes(draft, B, B) if own else None,
-                          draft_devices=draft_devices(ctx, draft))
+                          draft_activations=memory.activation_bytes(draft, B, B) if own else None)
     prefill, d_prefill = prefill_cost(ctx), _draft_prefill(ctx, draft)
     return Outcome(step=step, tokens_per_step=tps, n_seqs=B, prefill=prefill + d_prefill, memory=fp,
                    extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s},
                    passes=named_passes(ex, prefill, verify, draft, dcost,
                                        None if ctx.rec.draft_model == "self" else d_prefill))
-
-
-def draft_devices(ctx: Ctx, draft) -> int:
-    """Devices holding one copy of the draft's per-device parts: a draft model's
-    ``draft_tensor_parallel``, a head's the target's tp (its parts are per device of that group),
-    else 1 (totals: :func:`costmodel.engine.memory.footprint`)."""
-    if draft is None or ctx.rec.draft_model == "self":
-        return 1
-    return draft.tp
 
 
 def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None = None,
