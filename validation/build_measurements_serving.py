@@ -432,6 +432,9 @@ def mlc_rows():
 #: rows the model cannot express yet, with the reason: written to ``excluded_serving.csv`` instead of
 #: ``measurements_serving.csv`` (predicate on the row -> reason; the first that matches)
 EXCLUDE = [
+    (lambda r: r["model"].startswith("llama-2") and int(r["prompt_len"]) + int(r["gen_len"]) > 4096,
+     "prompt_len + gen_len (128 + 4096) exceeds Llama-2's 4096-token context, which costmodel refuses "
+     "(max_context); the engine ran past the trained length"),
     (lambda r: r["strategy"] == "tree" and not r["tree_nodes"] and not r["tree_parents"],
      "SGLang EAGLE tree: topk and num_draft_tokens are not stated, so the tree's node count is unknown (only the "
      "depth and the acceptance length are)"),
