@@ -317,7 +317,11 @@ def rocm_rows():
 # ---------------------------------------------------------------------------------------------------
 # vLLM V1 EAGLE-1 / EAGLE-3 chain speculation, Llama-3.1-8B-Instruct, batch 1, MT-Bench, TPOT from
 # benchmark_serving (excludes the first token). GitHub issue vllm-project/vllm#20780 (2025-07-10).
+# calibrate=no: the issue names neither the GPU (H100 inferred) nor the lengths, so these rows are
+# predicted and reported but do not calibrate the vllm profile (an inferred device would make a fitted
+# runtime parameter stand in for a hardware guess)
 SRC_VLLM_EAGLE = dict(
+    calibrate="no",
     source="vllm-project/vllm issue #20780 (ekagra-ranjan, 2025-07-10): EAGLE-1 vs EAGLE-3 acceptance length and "
            "TPOT on Llama-3.1-8B-Instruct, MT-Bench, BS 1",
     publication="vllm-issue-20780-eagle3")
