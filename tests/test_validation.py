@@ -263,7 +263,8 @@ def test_calibrate_no_rows_are_reported_but_not_fitted(measurements):
     latency) carry calibrate=no: fit_rows leaves them out, validate still predicts them; a bad value of
     the column is an input error naming it."""
     off = {m.id for m in measurements if not m.calibrate}
-    assert off == {"VP215", "VP217", "VP220"}
+    # and the vLLM issue #20780 rows (VS170-VS182), whose GPU is inferred, not named
+    assert off == {"VP215", "VP217", "VP220"} | {f"VS{i}" for i in range(170, 183)}
     fitted = {m.id for m in calibrate.fit_rows(measurements)}
     assert not (off & fitted) and "VP218" in fitted
     assert off <= {r["id"] for r in validate()["rows"]}
