@@ -26,8 +26,6 @@ def split_fields(record, workload: dict | None = None):
     for k in _SHARED:
         if data.get(k) is not None:
             wdata[k] = data[k]
-    if "gamma_schedule" in data:
-        wdata["gamma_schedule"] = data.pop("gamma_schedule")
     w = parse_workload(wdata)
     data.setdefault("batch_size", 1)
     for k, dist in (("prompt_len", w.prompt_len_dist), ("gen_len", w.gen_len_dist)):
@@ -36,8 +34,6 @@ def split_fields(record, workload: dict | None = None):
                                       else (dist[1] + dist[2]) / 2 if dist else 512 if k == "prompt_len" else 128)))
     rec = parse_record(data)
     w = engine_defaults(rec, w, given=set(wdata))
-    if w.gamma_schedule and rec.strategy not in ("speculative", "tree"):
-        raise InputError("gamma_schedule needs strategy=speculative or tree", field="gamma_schedule")
     if w.shared_prompt_len and w.max_num_batched_tokens < 1:
         raise InputError("max_num_batched_tokens must be positive", field="max_num_batched_tokens")
     return rec, w

@@ -30,7 +30,7 @@ from collections import deque
 
 import numpy as np
 
-from costmodel.serving.workload import gamma_for
+from costmodel.inputs.schedule import gamma_for
 
 BULK_MAX = 2048
 SCALAR_MAX = 8          # decode-only stretches this short are stepped with scalars (numpy costs more)
@@ -213,8 +213,8 @@ class Instance:
 
     def _step(self, t_limit: float):
         sim = self.sim
-        if sim.w.gamma_schedule:
-            g = gamma_for(sim.w.gamma_schedule, max(len(self.dec) + len(self.prefilling), 1))
+        if sim.schedule:
+            g = gamma_for(sim.schedule, max(len(self.dec) + len(self.prefilling), 1))
             if g != self.gamma:
                 self._rebase(g)
         gc = self.gc

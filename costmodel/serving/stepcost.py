@@ -47,6 +47,7 @@ class GammaCosts:
     def __init__(self, sc: "StepCosts", gamma: int):
         rec = sc.rec
         self.gamma = gamma
+        rec = rec.replace(gamma_schedule=None)       # this table is for one γ
         if gamma == 0:
             r = rec.replace(strategy="autoregressive", draft_model=None)
         elif rec.strategy == "speculative":
