@@ -93,3 +93,60 @@ def test_serve_reads_the_record_schedule_and_agrees_with_evaluate_at_low_load():
                                                                       "acceptance_rate", "gamma_schedule")},
                          num_requests=300, prompt_len=512, gen_len=128)
     assert sat["tpot_s"]["p50"] >= 0.95 * ar["tpot_s"]["p50"]
+
+
+# ------------------------------------------------------------------ per-request acceptance under load
+
+BASE = {"model": "llama-3-8b", "hardware": "h100-sxm", "runtime": "vllm"}
+# a two-node chain tree (node 2 under node 1): τ(α) = 1 + p_1 + p_1² = 1 + α + α² under the rank model
+CHAIN_TREE = dict(BASE, strategy="tree", draft_model="eagle", tree_parents="0,1")
+
+
+def test_tree_tokens_for_alphas_by_hand():
+    import numpy as np
+    from costmodel.engine.strategies.tree import ALPHA_GRID_POINTS, tree_tokens_for_alphas
+    from costmodel.engine.tree import validate_parents
+    tr = validate_parents((0, 1))
+    # α = 0.5: 1 + .5 + .25 = 1.75; α = 0.8: 1 + .8 + .64 = 2.44
+    assert tree_tokens_for_alphas(tr, [0.5, 0.8, 0.5]).tolist() == pytest.approx([1.75, 2.44, 1.75], rel=1e-12)
+    # more distinct values than the grid: interpolated, within (1/512)²/8 · τ'' (= 2) of the exact value
+    a = np.random.default_rng(3).uniform(0, 1, 4 * ALPHA_GRID_POINTS)
+    np.testing.assert_allclose(tree_tokens_for_alphas(tr, a), 1 + a + a * a, atol=1e-6)
+    # a width-2 tree (two children of the root): 1 + α + α(1 − α) = 1 + 2α − α²; at α = 0.5: 1.75
+    assert tree_tokens_for_alphas(validate_parents((0, 0)), [0.5]).tolist() == pytest.approx([1.75])
+
+
+def test_serving_draws_acceptance_per_request_for_trees():
+    from costmodel.serving.api import simulate, split_fields
+    rec, w = split_fields(dict(CHAIN_TREE, acceptance_rate=0.6),
+                          {"request_rate": 5, "num_requests": 200, "prompt_len": 256, "gen_len": 64,
+                           "acceptance_sd": 0.15, "seed": 7})
+    _, sim = simulate(rec, w)
+    a = sim.alpha
+    assert a.std() > 0.1 and abs(a.mean() - 0.6) < 0.03          # Beta(mean 0.6, sd 0.15), seeded
+    gc = sim.costs.gamma_costs(1)
+    taus = [sim.tau_of(i, gc) for i in range(len(a))]
+    assert taus == pytest.approx((1 + a + a * a).tolist(), rel=1e-9)
+    # the same seed draws the same acceptances
+    _, again = simulate(rec, w)
+    assert (again.alpha == a).all()
+
+
+def test_tree_tau_only_is_read_as_the_tree_alpha():
+    """τ = 1.75 on the two-node chain tree is α = 0.5 (1 + .5 + .25)."""
+    from costmodel.serving.stepcost import request_alpha
+    rec = parse_record(dict(CHAIN_TREE, batch_size=1, prompt_len=8, mean_accepted_tokens=1.75))
+    assert request_alpha(rec) == pytest.approx(0.5, abs=1e-9)
+    ranks = parse_record(dict(CHAIN_TREE, batch_size=1, prompt_len=8, rank_acceptance="0.6,0.2"))
+    assert request_alpha(ranks) is None                          # a measured rank profile: evaluate's τ
+
+
+def test_serving_with_acceptance_by_position():
+    """τ by position, α = .8, .7, .6: 1 + .8 + .56 + .336 = 2.696 for every request; at low load the
+    step is evaluate's."""
+    rec = dict(BASE, strategy="speculative", draft_model="eagle", gamma=3, acceptance_by_position="0.8,0.7,0.6")
+    e = costmodel.evaluate(dict(rec, batch_size=1, prompt_len=512, gen_len=128))
+    assert e["tokens_per_step"] == pytest.approx(2.696, rel=1e-12)
+    r = costmodel.serve(rec, request_rate=0.05, num_requests=10, prompt_len=512, gen_len=128)
+    assert r["requests_completed"] == 10
+    assert r["tpot_s"]["p50"] == pytest.approx(e["time_per_output_token_s"], rel=0.05)

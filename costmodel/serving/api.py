@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from costmodel.engine.acceptance import alpha_from_tau
 from costmodel.errors import InputError, suggest
 from costmodel.inputs.record import FIELD_NAMES, parse_record
 from costmodel.serving.workload import WORKLOAD_FIELDS, Workload, generate, parse_workload
@@ -57,21 +56,12 @@ def engine_defaults(rec, w: Workload, given) -> Workload:
     return w.replace(**new) if new else w
 
 
-def _alpha(rec):
-    if rec.strategy not in ("speculative", "tree"):
-        return None
-    if rec.acceptance_rate is not None:
-        return float(rec.acceptance_rate)
-    if rec.mean_accepted_tokens is not None:
-        return float(alpha_from_tau(rec.mean_accepted_tokens, rec.gamma))
-    return None
-
-
 def simulate(rec, w: Workload, costs=None):
     """Run one simulation; (result dict, Simulation)."""
     from costmodel.serving.metrics import summarise
     from costmodel.serving.simulator import Simulation
-    reqs = generate(w, rec.prompt_len, rec.gen_len, _alpha(rec))
+    from costmodel.serving.stepcost import request_alpha
+    reqs = generate(w, rec.prompt_len, rec.gen_len, request_alpha(rec))
     if len(reqs.send_s) == 0:
         raise InputError("the workload sends no request (duration_s × request_rate < 1?)", field="duration_s")
     sim = Simulation(rec, w, reqs, costs)
