@@ -66,10 +66,13 @@ def run(args):
 
 
 def _flat(d, prefix=""):
+    """Nested keys as ``a.b`` for tables and CSV (lists, the sampled timeline, only in JSON)."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
+        elif isinstance(v, list):           # the timeline's series: JSON only
+            continue
         elif isinstance(v, float) and math.isinf(v):
             out[f"{prefix}{k}"] = "inf"
         else:
