@@ -106,7 +106,8 @@ def test_footprint_peak_is_the_more_loaded_device():
 def test_tree_self_draft_keeps_its_kv_on_the_target_device():
     # a self-draft is the target itself: whatever draft_placement says, its budgeted KV
     # (32 sequences · min(8,024, 256) tokens · 32 layers · 16,384 B) sits on the target's device
-    kw = dict(BASE, batch_size=32, prompt_len=8000, strategy="tree", draft_model="self", draft_kv_budget=256,
+    # (llama-2-7b-32k: the Llama-2-7B dimensions with a 32K context, for the 8000-token prompts)
+    kw = dict(BASE, model="llama-2-7b-32k", batch_size=32, prompt_len=8000, strategy="tree", draft_model="self", draft_kv_budget=256,
               tree_nodes=8, acceptance_rate=0.7)
     for placement in ("same_device", "separate_device"):
         r = evaluate(dict(kw, draft_placement=placement))

@@ -5,9 +5,11 @@ the draft sits); this module turns that into bytes. Per device of a tensor-paral
 and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
 
     target weights   = (whole-model weights + replicated K/V projections) / (tp·pp)   weights_device_bytes
+                       (expert parallel: routed experts / (ep·pp), the rest / (tp·pp))
     KV bytes/token   = 2 · layers/pp · ceil(kv_heads/tp) · head_dim · kv_bytes          kv_bytes_per_token_device
                        (MLA: (kv_lora + rope) · layers/pp · kv_bytes on every rank)
     target KV        = KV tokens stored · KV bytes/token (windowed layers: ≤ seqs·window) kv_bytes
+                       (attention data parallel: the device's group holds 1/dp of the tokens)
     tree scratch     = B · q · KV bytes/token (q = tree nodes + root: the verified slots) tree_scratch_bytes
     draft weights    = a draft model's own weights/device; 0 for ``self`` (the target's weights);
                        a head's parameters · bytes per weight / tp (Medusa, EAGLE)         draft_breakdown
@@ -71,6 +73,19 @@ def weights_total_bytes(ex: Exec) -> float:
     return layers + m.embedding_params * ex.embedding_w_bytes + head + d * ex.act_bytes
 
 
+def routed_expert_bytes(ex: Exec) -> float:
+    """Weights of every routed expert of every MoE layer: n_moe_layers · n_experts · one expert, its
+    matrices in the stored format (the down projection at d_in = moe_d_ff), as in
+    :func:`weights_total_bytes`."""
+    m = ex.model
+    if not m.n_moe_layers:
+        return 0.0
+    d, w = m.d_model, m.expert_d_ff
+    down = d * w
+    return float(m.n_moe_layers * m.n_experts * ((m.expert_params - down) * ex.w_bytes_for(d)
+                                                  + down * ex.w_bytes_for(w)))
+
+
 def weights_device_bytes(ex: Exec) -> float:
     """Weights resident on one device: (all parameters + replicated projections) / (tp·pp).
 
@@ -85,6 +100,9 @@ def weights_device_bytes(ex: Exec) -> float:
         extra = (ex.tp - 1) * m.d_model * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim) * m.n_layers
     else:
         extra = (ex.kv_heads_per_device * ex.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
+    if ex.ep > 1:       # routed experts split over the stage's ep devices, the rest over its tp
+        routed = routed_expert_bytes(ex)
+        return (weights_total_bytes(ex) - routed + extra * ex.w_bytes) / (ex.tp * ex.pp) + routed / (ex.ep * ex.pp)
     return (weights_total_bytes(ex) + extra * ex.w_bytes) / (ex.tp * ex.pp)
 
 
@@ -95,6 +113,18 @@ def active_weights_bytes_device(ex: Exec) -> float:
     m = ex.model
     n_act = float(m.active_params_per_token)
     return ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
+
+
+def mtp_weights_device_bytes(mtp_ex: Exec) -> float:
+    """The MTP module's own weights on one device: its one-layer model's weights
+    (:func:`weights_device_bytes` of ``mtp_ex``, whose model is ``Model.mtp_module()``) less the
+    embedding, LM head and final norm it shares with the target, plus the 2d×d projection and its
+    two norms (2d·d·w_bytes + 2·d·act_bytes) split over tp."""
+    m = mtp_ex.model
+    shared = (m.embedding_params * mtp_ex.embedding_w_bytes + m.d_model * mtp_ex.act_bytes
+              + (0.0 if m.tied_embeddings else m.lm_head_params * mtp_ex.lm_head_w_bytes))
+    own = 2.0 * m.d_model * m.d_model * mtp_ex.w_bytes_for(2 * m.d_model) + 2.0 * m.d_model * mtp_ex.act_bytes
+    return weights_device_bytes(mtp_ex) - shared / mtp_ex.tp + own / mtp_ex.tp
 
 
 # --------------------------------------------------------------------------- KV cache
@@ -111,6 +141,9 @@ def kv_bytes(ex: Exec, tokens, seqs=None) -> np.ndarray:
     sequences holding them; None prices every layer at N)."""
     m = ex.model
     n = np.asarray(tokens, dtype=float)
+    if ex.dp > 1:      # attention data parallel: this device's group keeps its 1/dp of the sequences
+        n = n / ex.dp
+        seqs = None if seqs is None else np.asarray(seqs, dtype=float) / ex.dp
     if m.attention_window is None or seqs is None or m.n_window_layers == 0:
         return n * kv_bytes_per_token_device(ex)
     capped = np.minimum(n, np.asarray(seqs, dtype=float) * m.attention_window)
@@ -129,6 +162,8 @@ def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
     experts each token runs (MoE: each holds its own gate/up/activation; 1 for a dense FFN)."""
     m, tp = ex.model, ex.tp
     t = np.asarray(tokens, dtype=float)
+    if ex.dp > 1:      # attention data parallel: the device runs its group's 1/dp of the pass
+        t, lm_tokens = t / ex.dp, np.asarray(lm_tokens, dtype=float) / ex.dp
     # MoE: each token runs its experts_per_token experts, each holding its own gate/up/activation
     ffn_width = max(m.d_ff if m.n_dense_layers else 0,
                     (m.experts_per_token + m.n_shared_experts) * m.expert_d_ff if m.n_moe_layers else 0)
@@ -236,7 +271,7 @@ def footprint(ex: Exec, target: dict, draft: DraftParts | None = None, *, separa
         else:
             device.update(draft.device)
     kv = device["target_kv"] if "tree_scratch" not in device else device["target_kv"] + device["tree_scratch"]
-    kv_total = kv * ex.tp * ex.pp
+    kv_total = kv * ex.stage_devices * ex.pp
     w_total = weights_total_bytes(ex)
     if draft is not None:
         kv_total = kv_total + draft.kv_total_bytes

@@ -29,9 +29,10 @@ from costmodel.inputs.schedule import ALLOWED as SCHEDULE_ALLOWED
 REQUIRED = object()
 
 STRATEGIES = ("autoregressive", "speculative", "tree", "shared_prefix")
-DRAFT_KINDS = ("none", "medusa", "eagle", "eagle3", "suffix", "self")
-#: draft kinds that are heads on the target's hidden states (they run on the target's devices and TP)
-HEAD_DRAFTS = ("medusa", "eagle", "eagle3")
+DRAFT_KINDS = ("none", "medusa", "eagle", "eagle3", "suffix", "self", "mtp")
+#: draft kinds that are heads on the target's hidden states (they run on the target's devices and TP;
+#: mtp: the target's own multi-token-prediction module)
+HEAD_DRAFTS = ("medusa", "eagle", "eagle3", "mtp")
 #: draft kinds without weights of their own to place or shard
 WEIGHTLESS_DRAFTS = ("none", "suffix", "medusa", "self")
 #: EAGLE-3's reduced draft vocabulary in its released heads (SafeAILab/EAGLE eagle/traineagle3/config.json
@@ -146,13 +147,19 @@ FIELDS: tuple[FieldSpec, ...] = (
     _f("gen_len", "int", 128, "tokens",
        "tokens generated per sequence (decode figures are taken at prompt_len + gen_len/2)",
        minimum=1, maximum=1 << 24),
-    _f("n_devices", "int", 1, "devices", "devices used: tensor_parallel × pipeline_parallel",
+    _f("n_devices", "int", 1, "devices", "devices used: tensor_parallel × pipeline_parallel (× attention "
+       "data-parallel groups with expert_parallel)",
        minimum=1, maximum=4096),
     _f("tensor_parallel", "int", None, "devices",
        "tensor-parallel degree: weights, heads and KV split; two all-reduces per layer",
        minimum=1, default_text="n_devices / pipeline_parallel"),
     _f("pipeline_parallel", "int", 1, "stages", "pipeline stages: the layers split in consecutive groups",
        minimum=1),
+    _f("expert_parallel", "int", 1, "devices",
+       "expert-parallel degree (MoE): the routed experts split over every device of a stage "
+       "(n_devices / pipeline_parallel); attention tensor-parallel over tensor_parallel devices and "
+       "data-parallel over the rest, tokens reaching their experts by all-to-all (dispatch, combine)",
+       minimum=1, maximum=4096),
     _f("weight_dtype", "choice", "fp16", "", "weight format (int8/int4 stored as the runtime stores them)",
        choices=DTYPE_CHOICES),
     _f("kv_dtype", "choice", None, "", "KV-cache element format", choices=KV_DTYPE_CHOICES,

@@ -4,6 +4,8 @@ Single fields (type, choices, range) are described in :mod:`costmodel.inputs.fie
 holds what involves several fields:
 
 * devices: ``tensor_parallel × pipeline_parallel = n_devices`` and ``pipeline_parallel | n_devices``;
+  with ``expert_parallel`` > 1 it is every device of a stage (``expert_parallel = n_devices /
+  pipeline_parallel``) and ``tensor_parallel`` divides it (the rest: attention data-parallel groups);
 * ``shared_prefix_len <= prompt_len``;
 * acceptance: speculative and tree strategies need α, τ (or rank acceptances) and a draft; a chain's
   τ lies in [1, γ + 1], a tree's in [1, depth + 1]; α and τ given together must agree within
@@ -90,10 +92,27 @@ NUMERIC_RULES = (
 )
 
 
+def context_exceeds_max(context_tokens, max_context):
+    """prompt_len + gen_len > the model's max_context (the longest context it supports)."""
+    return context_tokens > max_context
+
+
+def model_max_context(rec):
+    """The record's model's max_context (None when the model declares none)."""
+    from costmodel.inputs.model import load_model
+    return load_model(rec.model).max_context
+
+
 def grid_rule_violations(rec, arrays: dict):
-    """(rule, True where a grid row breaks it) for each numeric rule that reads a varying field:
-    ``rec`` supplies the fixed fields, ``arrays`` the varying ones (numpy arrays that broadcast
-    together; ``rec`` itself was checked by ``parse_record``)."""
+    """(rule, True where a grid row breaks it) for each numeric rule that reads a varying field, and
+    the model's max_context for every row (prompt_len + gen_len, varying or not): ``rec`` supplies
+    the fixed fields, ``arrays`` the varying ones (numpy arrays that broadcast together; ``rec``
+    itself was checked by ``parse_record``)."""
+    limit = model_max_context(rec)
+    if limit is not None:
+        ctx = (np.asarray(arrays.get("prompt_len", rec.prompt_len), dtype=float)
+               + np.asarray(arrays.get("gen_len", rec.gen_len), dtype=float))
+        yield context_exceeds_max, context_exceeds_max(ctx, limit)
     for names, strategies, broken in NUMERIC_RULES:
         if strategies is not None and rec.strategy not in strategies:
             continue
@@ -120,7 +139,10 @@ def check(r, src: str) -> None:
     """Raise InputError (naming the field and what is allowed) for the first broken rule of record ``r``."""
     a, tau = r.acceptance_rate, r.mean_accepted_tokens
     tp, pp = r.tensor_parallel, r.pipeline_parallel
-    if tp is not None and devices_disagree(tp, pp, r.n_devices):
+    ep = r.expert_parallel or 1
+    if ep > 1:
+        check_expert_parallel(r, src)
+    elif tp is not None and devices_disagree(tp, pp, r.n_devices):
         raise InputError(f"tensor_parallel {tp} × pipeline_parallel {pp} = {tp * pp} devices, but n_devices is "
                          f"{r.n_devices}", source=src, field="tensor_parallel",
                          allowed=f"n_devices = tensor_parallel × pipeline_parallel (e.g. n_devices={tp * pp})")
@@ -151,6 +173,9 @@ def check(r, src: str) -> None:
             raise InputError(f"acceptance_rate {a} implies τ = {implied:.3f} at gamma {r.gamma}, but "
                              f"mean_accepted_tokens is {tau}", source=src, field="mean_accepted_tokens",
                              allowed="give one of α and τ, or two that agree within 5%")
+        if r.draft_model == "mtp" and r.draft_placement != "same_device":
+            raise InputError("the MTP module is part of the target and runs on its devices", source=src,
+                             field="draft_placement", allowed="same_device for draft_model=mtp")
         if r.draft_model == "medusa":
             raise InputError(f"draft_model '{r.draft_model}' proposes a tree", source=src, field="draft_model",
                              allowed="use strategy=tree for medusa, or a draft model / eagle / eagle3 / none / "
@@ -162,6 +187,10 @@ def check(r, src: str) -> None:
     check_draft_fields(r, src)
     check_schedule(r, src)
     if r.strategy == "tree":
+        if r.draft_model == "mtp":
+            raise InputError("draft_model 'mtp' drafts a chain (one token per MTP pass)", source=src,
+                             field="draft_model", allowed="strategy=speculative for mtp; eagle, medusa, a draft "
+                             "model, none or self for a tree")
         check_tree(r, src)
 
 
@@ -180,6 +209,25 @@ def check_schedule(r, src: str) -> None:
         raise InputError(f"gamma_schedule reaches γ = {top} but acceptance_by_position gives {len(pos)} "
                          "position(s)", source=src, field="acceptance_by_position",
                          allowed=f"at least {top} probabilities α_1..α_γ")
+
+
+def check_expert_parallel(r, src: str) -> None:
+    """expert_parallel = n_devices / pipeline_parallel (every device of a stage holds experts) and
+    tensor_parallel divides it (attention: tp-way tensor parallel × ep/tp data-parallel groups)."""
+    ep, pp = r.expert_parallel, r.pipeline_parallel
+    if stages_do_not_divide(r.n_devices, pp):
+        raise InputError(f"pipeline_parallel ({pp}) must divide n_devices ({r.n_devices})",
+                         source=src, field="pipeline_parallel", value=pp)
+    stage = r.n_devices // pp
+    if ep != stage:
+        raise InputError(f"expert_parallel {ep} must span a pipeline stage's n_devices / pipeline_parallel = "
+                         f"{stage} devices", source=src, field="expert_parallel",
+                         allowed=f"1 or {stage} (or n_devices = {ep * pp} for expert_parallel {ep})")
+    tp = r.tensor_parallel
+    if tp is not None and ep % tp:
+        raise InputError(f"tensor_parallel {tp} must divide expert_parallel {ep} (attention runs as "
+                         f"{ep} / tensor_parallel data-parallel groups)", source=src, field="tensor_parallel",
+                         allowed=", ".join(str(d) for d in range(1, ep + 1) if ep % d == 0))
 
 
 def check_positions(r, src: str) -> None:

@@ -138,7 +138,12 @@ class StepCosts:
         q_max = 1 + max(rec.gamma or 0, rec.tree_nodes or 0, 64 if rec.strategy == "tree" else 0)
         self.table = PassTable(self.ex, max_tokens + max_num_seqs * q_max)
         self.draft_table = PassTable(self.draft_ex, max_tokens + 16) if self.draft_ex is not None else None
+        # the context grid reaches 5 % past the longest request, but never past the model's max_context
+        # (a grid point evaluates prompt L − 1 plus 2 generated tokens: L + 1 <= max_context)
+        limit = self.ex.model.max_context
         top = max(float(max_context) * 1.05, 64.0)
+        if limit is not None:
+            top = max(min(top, limit - 1.0), 2.0)
         self.L_grid = np.unique(np.concatenate([np.geomspace(2.0, top, L_GRID_POINTS), [top]]))
         self.L_list = self.L_grid.tolist()
         rt = self.ex.rt
@@ -168,10 +173,11 @@ class StepCosts:
         return g
 
     def kv_bytes_per_token(self) -> float:
-        """KV bytes per token on the most loaded device (target shard + a same-device draft)."""
-        b = memory.kv_bytes_per_token_device(self.ex)
+        """KV bytes per token on the most loaded device (target shard + a same-device draft); with
+        attention data parallelism (expert_parallel) each of the dp groups keeps 1/dp of the tokens."""
+        b = memory.kv_bytes_per_token_device(self.ex) / self.ex.dp
         if self.draft_ex is not None and not separate_draft(self.rec):
-            b += memory.kv_bytes_per_token_device(self.draft_ex)
+            b += memory.kv_bytes_per_token_device(self.draft_ex) / self.draft_ex.dp
         return float(b)
 
     def kv_capacity_tokens(self, max_tokens: int) -> int:

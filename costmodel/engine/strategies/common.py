@@ -78,8 +78,10 @@ def prefill_shape(B, P) -> PassShape:
 
 def spec_method(draft_model: str | None) -> str:
     """The speculation method whose per-step host work a runtime prices: the draft kind (medusa, eagle,
-    none, self; an eagle3 head as eagle, suffix drafting as none), or ``model`` for a separate draft model."""
-    draft_model = {"eagle3": "eagle", "suffix": "none"}.get(draft_model, draft_model)
+    none, self; an eagle3 head as eagle, suffix drafting as none, and ``mtp`` as eagle: the runtimes
+    run DeepSeek's MTP module through their EAGLE path — SGLang's ``--speculative-algorithm EAGLE``,
+    vLLM's EAGLE proposer), or ``model`` for a separate draft model."""
+    draft_model = {"eagle3": "eagle", "suffix": "none", "mtp": "eagle"}.get(draft_model, draft_model)
     return draft_model if draft_model in ("medusa", "eagle", "none", "self") else "model"
 
 
