@@ -178,6 +178,9 @@ def _outcome(rec: Record, arrays: dict | None = None, check_limits: bool = True)
         check_context(rec, ex.model, arrays)
     ctx = make_ctx(rec, ex, arrays)
     func = STRATEGY_FUNCS[rec.strategy]
+    if rec.gamma_schedule is not None:           # speculation with γ by batch size
+        from costmodel.engine.scheduled import scheduled_outcome
+        return ctx, scheduled_outcome(ctx, lambda c: func(c, draft), STRATEGY_FUNCS["autoregressive"])
     return ctx, (func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft))
 
 
@@ -222,6 +225,9 @@ def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool
         base_lat = ar_step(ctx, B=baseline_batch(ctx)).time_s
         shape = np.broadcast_shapes(np.shape(base_lat), np.shape(res["step_latency_s"]))
         res["speedup_vs_ar"] = res["tokens_per_s_per_seq"] / (1.0 / base_lat)
+        if rec.gamma_schedule is not None:      # rows where the schedule decodes plainly: the baseline itself
+            from costmodel.engine.scheduled import off_mask
+            res["speedup_vs_ar"] = np.where(off_mask(rec, ctx.B), 1.0, res["speedup_vs_ar"])
         res["ar_step_latency_s"] = np.broadcast_to(base_lat, shape)
     return res
 
@@ -307,6 +313,9 @@ def assumption_notes(rec: Record, ex: Exec) -> list:
         notes.append(f"kv_dtype defaults to the activation dtype: {ex.kv_dtype}")
     if rec.strategy in ("speculative", "tree"):
         notes.extend(draft_notes(rec, ex))
+    if rec.gamma_schedule is not None:
+        from costmodel.engine.scheduled import schedule_note
+        notes.append(schedule_note(rec))
     return notes
 
 

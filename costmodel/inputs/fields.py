@@ -15,12 +15,15 @@ Rules that tie several fields together (α and τ agreeing, tree shapes, devices
 
 Kinds: ``text`` (an id, a path or a keyword), ``choice`` (one of ``choices``, case-insensitive,
 ``-`` read as ``_``), ``int``, ``float``, ``floats`` (a list of numbers, comma-separated on the
-command line), ``ints`` (a list of integers).
+command line), ``ints`` (a list of integers), ``schedule`` (a γ schedule,
+:mod:`costmodel.inputs.schedule`; kept as its canonical text).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from costmodel.inputs.schedule import ALLOWED as SCHEDULE_ALLOWED
 
 #: marks a field without a default
 REQUIRED = object()
@@ -184,6 +187,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     _f("draft_schedule", "choice", "serial", "",
        "draft and target passes in turn, or overlapped (draft on its own device)", choices=SCHEDULES),
     _f("gamma", "int", 4, "tokens", "γ: draft tokens per speculation step (chain)", minimum=1, maximum=64),
+    _f("gamma_schedule", "schedule", None, "",
+       "γ by running sequences, e.g. 1-64:3,65-128:1,129-:0 (0 = plain decoding; a tree runs whole for "
+       "γ > 0): evaluate takes the γ for batch_size, serve the γ for the sequences of each step",
+       allowed_text=SCHEDULE_ALLOWED),
     _f("acceptance_rate", "float", None, "", "α: probability that a draft token is accepted",
        minimum=0.0, maximum=1.0, maximum_exclusive=True,
        allowed_text="0 <= α < 1 (α = 1 would mean the draft is never wrong; give "

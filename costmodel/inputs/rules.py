@@ -11,6 +11,7 @@ holds what involves several fields:
   τ lies in [1, γ + 1], a tree's in [1, depth + 1]; α and τ given together must agree within
   :data:`TAU_TOLERANCE` (5 %) of τ, where α implies τ = (1 − α^(γ+1)) / (1 − α) for a chain and
   τ = 1 + Σ_nodes Π_path p_rank for a tree;
+* ``gamma_schedule``: only with speculation; α_1..α_γ cover its largest γ;
 * tree shape: one of ``tree_width`` + ``tree_depth`` (full tree), ``tree_nodes`` [+ ``tree_depth`` as a
   bound] (optimal tree) or ``tree_parents`` (explicit), consistent with ``tree_shape``.
 
@@ -184,12 +185,30 @@ def check(r, src: str) -> None:
         raise InputError("acceptance_by_position describes a chain", source=src, field="acceptance_by_position",
                          allowed="strategy=speculative (a tree takes rank_acceptance)")
     check_draft_fields(r, src)
+    check_schedule(r, src)
     if r.strategy == "tree":
         if r.draft_model == "mtp":
             raise InputError("draft_model 'mtp' drafts a chain (one token per MTP pass)", source=src,
                              field="draft_model", allowed="strategy=speculative for mtp; eagle, medusa, a draft "
                              "model, none or self for a tree")
         check_tree(r, src)
+
+
+def check_schedule(r, src: str) -> None:
+    """A gamma_schedule belongs to speculation (chains or trees); a chain's α_1..α_γ must cover the
+    largest γ it names."""
+    if r.gamma_schedule is None:
+        return
+    if r.strategy not in ("speculative", "tree"):
+        raise InputError(f"gamma_schedule needs speculation, but strategy is '{r.strategy}'", source=src,
+                         field="gamma_schedule", allowed="strategy=speculative or tree")
+    from costmodel.inputs.schedule import max_gamma
+    top = max_gamma(r.gamma_schedule)
+    pos = r.acceptance_by_position
+    if r.strategy == "speculative" and pos is not None and len(pos) < top:
+        raise InputError(f"gamma_schedule reaches γ = {top} but acceptance_by_position gives {len(pos)} "
+                         "position(s)", source=src, field="acceptance_by_position",
+                         allowed=f"at least {top} probabilities α_1..α_γ")
 
 
 def check_expert_parallel(r, src: str) -> None:

@@ -23,7 +23,8 @@ from costmodel.engine.parallel import kv_transfer_s
 from costmodel.errors import InputError
 from costmodel.serving.instance import Instance
 from costmodel.serving.stepcost import StepCosts, separate_draft
-from costmodel.serving.workload import Requests, Workload, gamma_for
+from costmodel.inputs.schedule import gamma_for, ranges
+from costmodel.serving.workload import Requests, Workload
 
 
 class Simulation:
@@ -52,7 +53,9 @@ class Simulation:
                                                  w.num_scheduler_steps)
         self.kv_capacity_tokens = self.costs.kv_capacity_tokens(self.max_batched)
         self._tau_cache = {}
-        sched = w.gamma_schedule
+        #: the record's γ schedule as (lo, hi, γ) ranges, or () without one
+        self.schedule = ranges(rec.gamma_schedule) if rec.gamma_schedule else ()
+        sched = self.schedule
         g0 = gamma_for(sched, 1) if sched else (rec.gamma if rec.strategy == "speculative" else
                                                  (1 if rec.strategy == "tree" else 0))
         if w.disaggregated:

@@ -164,6 +164,28 @@ def alpha_for_tree_tau(tr: Tree, tau, iterations: int = 60) -> np.ndarray:
     return 0.5 * (lo + hi)
 
 
+#: per-request α values beyond this many distinct ones are priced by interpolation on a grid of
+#: this many points over [0, 1] (τ(α) is a polynomial of degree ≤ depth + ranks, smooth on the grid)
+ALPHA_GRID_POINTS = 513
+
+
+def tree_tokens_for_alphas(tr: Tree, alphas) -> np.ndarray:
+    """τ of tree ``tr`` for each acceptance α in ``alphas`` under the rank model α(1 − α)^(i−1)
+    (:meth:`Tree.expected_tokens` of :func:`acceptance.default_rank_acceptance`): exact for up to
+    :data:`ALPHA_GRID_POINTS` distinct values, else linear interpolation between exact values on a
+    grid of that many points (per-request acceptance under load: one α per request)."""
+    a = np.asarray(alphas, dtype=float)
+
+    def tau(x):
+        return tr.expected_tokens(acceptance.default_rank_acceptance(float(x)))
+
+    uniq, inv = np.unique(a, return_inverse=True)
+    if uniq.size <= ALPHA_GRID_POINTS:
+        return np.asarray([tau(x) for x in uniq])[inv].reshape(a.shape)
+    grid = np.linspace(0.0, 1.0, ALPHA_GRID_POINTS)
+    return np.interp(a, grid, np.asarray([tau(x) for x in grid]))
+
+
 def tree_tokens_per_step(ctx: Ctx, tr) -> np.ndarray:
     """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B, the
     depth distribution of a given τ being that of the α whose rank model gives τ
