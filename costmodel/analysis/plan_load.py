@@ -162,7 +162,7 @@ def strategy_variants(fields: dict, families=None) -> list:
         elif fam == "speculative":
             draft = fields.get("draft_model")
             if not draft:
-                from costmodel.analysis.recommend import compatible_drafts
+                from costmodel.analysis.recommend_variants import compatible_drafts
                 ds = compatible_drafts(fields["model"])
                 draft = ds[0] if ds else "none"
             places = [fields["draft_placement"]] if fields.get("draft_placement") else \

@@ -84,7 +84,7 @@ def _pick_metric(e: dict, metric: str, shape) -> np.ndarray:
 
 
 def _fields_with_alpha(fields: dict) -> tuple[dict, str]:
-    from costmodel.analysis.recommend import acceptance_of
+    from costmodel.analysis.recommend_variants import acceptance_of
     a, note = acceptance_of(fields)
     return fields, (f"α = {a:.2f}" + (" (assumed)" if note and "assumed" in note else ""))
 
@@ -130,7 +130,7 @@ def _thin(values: tuple) -> tuple:
 def decision_map_data(fields: dict, batch_sizes=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
                       objective: str = "tokens_per_s") -> dict:
     """Winner, margin and per-family objective on the batch × context grid (rows = contexts)."""
-    from costmodel.analysis.recommend import evaluate_families
+    from costmodel.analysis.recommend_variants import evaluate_families
     _need(fields, "model", "hardware")
     f = dict(fields)
     f.setdefault("batch_size", 1)
@@ -166,7 +166,7 @@ def decision_map(fields: dict, output: str, batch_sizes=None, contexts=None,
     from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
 
-    from costmodel.analysis.recommend import OBJECTIVES
+    from costmodel.analysis.recommend_variants import OBJECTIVES
     plt = _plt()
     fields, alpha_txt = _fields_with_alpha(fields)
     if batch_sizes is None or contexts is None:
@@ -375,7 +375,7 @@ def sweep_data(fields: dict, axis: str, values: list, metric: str = "tokens_per_
                objective: str = "tokens_per_s", strategies=None) -> dict:
     """Per strategy family (each tuned per point for ``objective``): ``metric`` at each axis value."""
     from costmodel.engine.evaluate import NUMERIC_AXES
-    from costmodel.analysis.recommend import evaluate_families, variants
+    from costmodel.analysis.recommend_variants import evaluate_families, variants
     _need(fields, "model", "hardware") if axis not in ("model", "hardware") else None
     out = {}
     if axis in NUMERIC_AXES and axis not in ("acceptance_rate", "mean_accepted_tokens"):
