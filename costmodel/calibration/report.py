@@ -11,7 +11,7 @@ import numpy as np
 
 from costmodel.engine import memory
 from costmodel.engine.evaluate import build_exec
-from costmodel.calibration.calibrate import fmt_value, today, write_error_band
+from costmodel.calibration.fit_files import fmt_value, today, write_error_band
 from costmodel.calibration.validate import Measurement
 from costmodel.inputs.outputs import atomic_path, atomic_text
 
