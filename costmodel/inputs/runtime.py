@@ -230,17 +230,24 @@ def _version_entry(f: Fields, version: str | None):
     return vals, sources, want
 
 
-def _scheduler(s: Fields) -> tuple:
+def _entries(s: Fields, allowed: tuple, what: str, to: str):
+    """(key, value, field name) of each entry of ``value``, a mapping of ``what`` (one of ``allowed``)
+    ``to`` something; an unknown key is refused when reached, so errors come in the file's order."""
     v = s.data.get("value")
     if not isinstance(v, dict):
-        raise InputError("must be a mapping of scheduler setting to its default", source=s.source,
-                         field=f"{s.prefix}.value", allowed=", ".join(SCHEDULER_KEYS))
-    out = []
+        raise InputError(f"must be a mapping of {what} {to}", source=s.source,
+                         field=f"{s.prefix}.value", allowed=", ".join(allowed))
     for k, x in v.items():
         field = f"{s.prefix}.value.{k}"
-        if k not in SCHEDULER_KEYS:
-            raise InputError(f"unknown scheduler setting {k!r}", source=s.source, field=field,
-                             allowed=", ".join(SCHEDULER_KEYS))
+        if k not in allowed:
+            raise InputError(f"unknown {what} {k!r}", source=s.source, field=field, allowed=", ".join(allowed))
+        yield k, x, field
+
+
+def _scheduler(s: Fields) -> tuple:
+    """``value``: {scheduler setting: default} for settings in ``SCHEDULER_KEYS``, as sorted pairs."""
+    out = []
+    for k, x, field in _entries(s, SCHEDULER_KEYS, "scheduler setting", "to its default"):
         if k == "chunked_prefill":
             if not isinstance(x, bool):
                 raise InputError(f"must be true or false, got {x!r}", source=s.source, field=field)
@@ -260,17 +267,10 @@ SPEC_METHODS = ("medusa", "eagle", "model", "none", "self")
 
 def _per_method(s: Fields) -> tuple:
     """``value``: {method: count >= 0} for methods in ``SPEC_METHODS``, as sorted (method, count) pairs."""
-    v = s.data.get("value")
-    if not isinstance(v, dict):
-        raise InputError("must be a mapping of speculation method to a count", source=s.source,
-                         field=f"{s.prefix}.value", allowed=", ".join(SPEC_METHODS))
     out = []
-    for k, n in v.items():
-        if k not in SPEC_METHODS:
-            raise InputError(f"unknown speculation method {k!r}", source=s.source, field=f"{s.prefix}.value.{k}",
-                             allowed=", ".join(SPEC_METHODS))
+    for k, n, field in _entries(s, SPEC_METHODS, "speculation method", "to a count"):
         if isinstance(n, bool) or not isinstance(n, (int, float)) or not (0 <= n <= 1e5):
-            raise InputError(f"must be a count, got {n!r}", source=s.source, field=f"{s.prefix}.value.{k}",
+            raise InputError(f"must be a count, got {n!r}", source=s.source, field=field,
                              allowed="a number in [0, 100000]")
         out.append((str(k), float(n)))
     return tuple(sorted(out))
