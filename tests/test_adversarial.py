@@ -226,11 +226,20 @@ def test_the_range_edges_give_finite_results(tmp_path):
     hw["launch"].update(kernel_launch_s=1.0, graph_kernel_launch_s=1.0)
     p = tmp_path / "slow.yaml"
     p.write_text(yaml.safe_dump(hw))
-    out = costmodel.evaluate({"model": "llama-2-70b", "hardware": str(p), "batch_size": 1 << 20,
-                              "prompt_len": 1 << 24, "gen_len": 1 << 24})
+    # the longest context a model YAML may declare (max_context <= 2^24), filled half by the prompt
+    model = _spec("model_specs", "llama-2-70b")
+    model.update(id="llama-2-70b-longest", max_context=1 << 24)
+    m = tmp_path / "longest.yaml"
+    m.write_text(yaml.safe_dump(model))
+    out = costmodel.evaluate({"model": str(m), "hardware": str(p), "batch_size": 1 << 20,
+                              "prompt_len": 1 << 23, "gen_len": 1 << 23})
     for k, v in out.items():
         if isinstance(v, float):
             assert math.isfinite(v), (k, v)
+    # each field at its own maximum (2^24 + 2^24 tokens) passes that max_context: an input error
+    with pytest.raises(InputError, match=r"field 'prompt_len'.*33554432 exceeds .*max_context 16777216"):
+        costmodel.evaluate({"model": str(m), "hardware": str(p), "batch_size": 1,
+                            "prompt_len": 1 << 24, "gen_len": 1 << 24})
 
 
 # ------------------------------------------------------------------------------- token trees

@@ -146,3 +146,24 @@ def test_fp4_fallback_is_noted():
     native = evaluate(dict(model="gpt-oss-120b", hardware="b200", batch_size=1, prompt_len=1024,
                            weight_dtype="mxfp4"))
     assert not any("weight-only" in n for n in native["notes"])
+
+
+def test_models_show_and_list_give_the_architecture_facts(capsys):
+    import json
+
+    from costmodel.cli.main import main
+    assert main(["models", "show", "deepseek-v3", "--format", "json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    # active per token: 61 MLA layers · 187,105,280 + 3 dense FFNs · 3·7168·18432 + 58 MoE layers ·
+    # ((8 routed + 1 shared) · 3·7168·2048 + router 7168·256) + LM head 129,280·7168
+    assert s["active_params_per_token"] == (61 * 187_105_280 + 3 * 3 * 7168 * 18432
+                                            + 58 * (9 * 3 * 7168 * 2048 + 7168 * 256) + 129_280 * 7168)
+    assert s["active_params_per_token"] == 36_624_596_992
+    assert s["kv_bytes_per_token_fp8"] == (512 + 64) * 61 == 35_136          # MLA latent + rope key
+    assert s["mtp_params"] == 11_610_060_800 and s["n_moe_layers"] == 58
+    assert main(["models", "list", "--format", "json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["gpt-oss-120b"]["attention"] == "GQA 8 kv, sliding 128, 1 in 2 global"
+    assert rows["llama-4-scout"]["attention"] == "GQA 8 kv, chunked 8192, 1 in 4 global"
+    assert rows["deepseek-v3"]["experts"] == "256 top-8 +1 shared" and rows["deepseek-v3"]["mtp_layers"] == 1
+    assert rows["llama-2-7b"]["max_context"] == 4096

@@ -276,7 +276,7 @@ def _is_png(path):
 def test_plots_write_pngs(tmp_path, capsys):
     dm, rl, sw = (str(tmp_path / n) for n in ("dm.png", "rl.png", "sw.png"))
     assert main(["plot", "decision-map", "model=llama-2-7b", "hardware=a100-80gb", "acceptance_rate=0.7",
-                 "--batch-sizes", "1,8,64,512", "--contexts", "16,512,4096", "--output", dm]) == 0
+                 "--batch-sizes", "1,8,64,512", "--contexts", "16,512,3968", "--output", dm]) == 0
     assert main(["plot", "roofline", "model=llama-2-7b", "hardware=h100-sxm", "batch_size=8", "prompt_len=1024",
                  "strategy=speculative", "draft_model=llama-68m", "acceptance_rate=0.7", "--output", rl]) == 0
     assert main(["plot", "sweep", "model=llama-2-7b", "hardware=a100-80gb", "prompt_len=512",

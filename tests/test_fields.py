@@ -28,7 +28,7 @@ def test_record_is_the_metadata():
         else:
             assert r.default == f.default, f.name
     for f in FIELDS:
-        assert f.help and f.kind in ("text", "choice", "int", "float", "floats", "ints"), f.name
+        assert f.help and f.kind in ("text", "choice", "int", "float", "floats", "ints", "schedule"), f.name
         assert f.kind != "choice" or f.choices, f.name
 
 

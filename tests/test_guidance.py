@@ -76,7 +76,8 @@ LLAMA70_H100 = dict(model="llama-2-70b", hardware="h100-sxm", weight_dtype="bf16
 def test_plan_without_target_does_not_claim_to_meet_one():
     from costmodel import plan
     out = plan(dict(LLAMA70_H100))
-    assert out["n_devices"] == 4 and out["binding_constraint"] == "memory_capacity"
+    # gpt-fast prefills one prompt per pass: 2 H100s hold the weights, the KV and one prompt's activations
+    assert out["n_devices"] == 2 and out["binding_constraint"] == "memory_capacity"
     assert "target" not in out["reason"], out["reason"]
     assert "the fewest that fit;" in out["reason"]
 
@@ -265,17 +266,29 @@ def test_roofline_labels_do_not_overlap(tmp_path, extra):
 
 def test_decision_map_default_axes_cover_the_region_that_fits(tmp_path, capsys):
     # Llama-2-7B fp16 on a 24 GB RTX 4090: 13.5 GB of weights leave ~10 GB of KV at 0.5 MB per token
-    # (32 layers × 4096 × 2 × 2 B), about 20k tokens in all: batch 64 fits only at 128-token contexts and
-    # batch 1 reaches 16k. The old fixed grid (batch 1..512 × context 128..32k) was 59 of 90 cells "nothing fits".
+    # (32 layers × 4096 × 2 × 2 B), about 20k tokens in all: batch 128 fits only at 128-token contexts
+    # (the compiled runtime prefills one prompt per pass) and batch 1 reaches 16k. The old fixed grid (batch 1..512 × context 128..32k) was 59 of 90 cells "nothing fits".
+    # (llama-2-7b-32k: the Llama-2-7B dimensions with a 32K context, so the context axis can reach 16k)
+    out = str(tmp_path / "dm.png")
+    rc, text, err = run_cli(capsys, "plot", "decision-map", "model=llama-2-7b-32k", "hardware=rtx-4090",
+                            "acceptance_rate=0.75", "gen_len=16", "--output", out, "--format", "json")
+    assert rc == 0, err
+    import json
+    s = json.loads(text)
+    assert s["batch_sizes"].split(",")[-1] == "128" and s["contexts"].split(",")[-1] == "16384"
+    cells = len(s["batch_sizes"].split(",")) * len(s["contexts"].split(","))
+    assert s["cells_nothing_fits"] / cells < 0.5
+
+
+def test_decision_map_default_contexts_stop_at_max_context(tmp_path, capsys):
+    # Llama-2-7B supports 4096 tokens: with gen_len 16 the longest prompt is 4080, so the powers of two
+    # on the context axis stop at 2048 (4096 + 16 > 4096) although batch 1 would fit up to 16k
     out = str(tmp_path / "dm.png")
     rc, text, err = run_cli(capsys, "plot", "decision-map", "model=llama-2-7b", "hardware=rtx-4090",
                             "acceptance_rate=0.75", "gen_len=16", "--output", out, "--format", "json")
     assert rc == 0, err
     import json
-    s = json.loads(text)
-    assert s["batch_sizes"].split(",")[-1] == "64" and s["contexts"].split(",")[-1] == "16384"
-    cells = len(s["batch_sizes"].split(",")) * len(s["contexts"].split(","))
-    assert s["cells_nothing_fits"] / cells < 0.5
+    assert json.loads(text)["contexts"].split(",")[-1] == "2048"
 
 
 def test_probe_quick_says_how_far_to_trust_it(tmp_path):

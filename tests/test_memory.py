@@ -38,7 +38,8 @@ def test_replicated_kv_projections_add_to_weights_per_device():
 
 
 def test_autoregressive_breakdown_under_tp_and_pp():
-    r = evaluate(dict(BASE, n_devices=4, tensor_parallel=2, pipeline_parallel=2))
+    # eager (HF generate) prefills the whole batch in one pass
+    r = evaluate(dict(BASE, n_devices=4, tensor_parallel=2, pipeline_parallel=2, runtime="eager"))
     # KV: 2 sequences · (1000 + 24) tokens · 131,072 B on each device; the cache is 4 devices' worth
     assert r["memory_target_kv_bytes"] == 2 * 1024 * 131_072 == 268_435_456
     assert r["kv_cache_bytes"] == 4 * 268_435_456
@@ -69,8 +70,11 @@ def test_tree_scratch_and_medusa_heads():
     r = evaluate(dict(BASE, strategy="tree", draft_model="medusa", tree_width=2, tree_depth=2, acceptance_rate=0.7))
     # 2 + 4 = 6 nodes + the root: 7 KV slots per sequence
     assert r["memory_tree_scratch_bytes"] == 2 * 7 * 32 * 16_384 == 7_340_032
-    # 2 heads (one per level), each a 4096×4096 ResBlock and a 4096×32000 head, fp16
-    assert r["memory_draft_weights_bytes"] == 2 * (4096 * 4096 + 4096 * 32_000) * 2 == 591_396_864
+    # the checkpoint's 5 heads (not one per level), each a 4096×4096 ResBlock and a 4096×32000 head, fp16
+    assert r["memory_draft_weights_bytes"] == 5 * (4096 * 4096 + 4096 * 32_000) * 2 == 1_478_492_160
+    r3 = evaluate(dict(BASE, strategy="tree", draft_model="medusa", medusa_heads=3, tree_width=2, tree_depth=2,
+                       acceptance_rate=0.7))
+    assert r3["memory_draft_weights_bytes"] == 3 * (4096 * 4096 + 4096 * 32_000) * 2 == 887_095_296
     assert r["memory_draft_kv_bytes"] == 0.0
     assert r["kv_cache_bytes"] == r["memory_target_kv_bytes"] + 7_340_032
 
@@ -91,6 +95,7 @@ def test_footprint_peak_is_the_more_loaded_device():
     ex = ex_of()
     target = {"target_weights": 10.0, "target_kv": 5.0}
     draft = memory.draft_breakdown(100.0)
+    assert draft.weights_total_bytes == 100.0 and draft.kv_total_bytes == 0.0
     fp = memory.footprint(ex, target, draft, separate=True)
     # the draft device also holds the runtime overhead
     assert memory.peak_device_bytes(fp.device, fp.other_device) == 100.0 + ex.rt.memory_overhead_bytes
@@ -101,7 +106,8 @@ def test_footprint_peak_is_the_more_loaded_device():
 def test_tree_self_draft_keeps_its_kv_on_the_target_device():
     # a self-draft is the target itself: whatever draft_placement says, its budgeted KV
     # (32 sequences · min(8,024, 256) tokens · 32 layers · 16,384 B) sits on the target's device
-    kw = dict(BASE, batch_size=32, prompt_len=8000, strategy="tree", draft_model="self", draft_kv_budget=256,
+    # (llama-2-7b-32k: the Llama-2-7B dimensions with a 32K context, for the 8000-token prompts)
+    kw = dict(BASE, model="llama-2-7b-32k", batch_size=32, prompt_len=8000, strategy="tree", draft_model="self", draft_kv_budget=256,
               tree_nodes=8, acceptance_rate=0.7)
     for placement in ("same_device", "separate_device"):
         r = evaluate(dict(kw, draft_placement=placement))

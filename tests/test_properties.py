@@ -62,7 +62,14 @@ def records(draw, strategies=STRATEGIES, tree_shapes=("full", "nodes", "parents"
                batch_size=draw(st.integers(1, 256)), prompt_len=prompt,
                gen_len=draw(st.integers(1, min(4096, m.max_context - prompt))), n_devices=tp * pp,
                tensor_parallel=tp, pipeline_parallel=pp, weight_dtype=draw(st.sampled_from(DTYPES)))
+    if m.n_moe_layers and draw(st.booleans()):
+        # expert parallel over every device of a stage; attention tp-way, data-parallel over the rest
+        ep = draw(st.sampled_from([d for d in (2, 4, 8) if m.n_experts % d == 0]))
+        tp = draw(st.sampled_from([d for d in (1, 2, 4, 8) if ep % d == 0 and m.n_heads % d == 0]))
+        rec.update(n_devices=ep * pp, tensor_parallel=tp, expert_parallel=ep)
     drafts = tuple(d for d in SMALL_DRAFTS if load_model(d).vocab_size == m.vocab_size)   # same tokenizer
+    if m.mtp_layers and "speculative" in strategies:
+        drafts += ("mtp",)
     if draw(st.booleans()):
         rec["kv_dtype"] = draw(st.sampled_from(KV_DTYPES))
     s = rec["strategy"] = draw(st.sampled_from(strategies))
@@ -74,12 +81,14 @@ def records(draw, strategies=STRATEGIES, tree_shapes=("full", "nodes", "parents"
         else:
             rec["mean_accepted_tokens"] = draw(st.floats(1.0, g + 1.0))
         rec["batch_sync"] = draw(st.sampled_from(("ragged", "lockstep")))
-        rec["draft_placement"] = draw(st.sampled_from(("same_device", "separate_device", "separate_node")))
+        rec["draft_placement"] = "same_device" if rec["draft_model"] == "mtp" else \
+            draw(st.sampled_from(("same_device", "separate_device", "separate_node")))
         rec["draft_schedule"] = draw(st.sampled_from(("serial", "overlap")))
         if draw(st.booleans()):
             rec["draft_kv_budget"] = draw(st.integers(16, 4096))
     elif s == "tree":
-        rec["draft_model"] = draw(st.sampled_from(("none", "medusa", "eagle", "self") + drafts))
+        rec["draft_model"] = draw(st.sampled_from(("none", "medusa", "eagle", "self")
+                                                  + tuple(d for d in drafts if d != "mtp")))
         rec["attention_kernel"] = draw(st.sampled_from(("prefix_aware", "per_branch", "dense_masked")))
         rec["batch_sync"] = draw(st.sampled_from(("ragged", "lockstep")))
         shape = draw(st.sampled_from(tree_shapes))
@@ -90,6 +99,8 @@ def records(draw, strategies=STRATEGIES, tree_shapes=("full", "nodes", "parents"
         elif shape == "parents":
             rec["tree_parents"] = draw(parent_lists())
             depth = Tree(tuple(rec["tree_parents"])).depth
+            if rec["draft_model"] == "medusa":
+                rec["medusa_heads"] = max(5, depth)      # a checkpoint with a head per level
         else:
             rec["tree_nodes"] = draw(st.integers(1, 12 if shape == "hardware" else 48))
             if draw(st.booleans()):
@@ -295,3 +306,52 @@ def test_windowed_layers_stop_growing(model, hw, batch, past, extra, tp):
     ex = build_exec(parse_record(rec))
     growth = batch * extra * ex.kv_bytes_per_token_layer * m.n_global_layers * tp
     assert b["kv_cache_bytes"] - a["kv_cache_bytes"] == pytest.approx(growth, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- expert parallel, MTP
+
+MOE_MODELS = [i for i in MODELS if load_model(i).n_moe_layers]
+MTP_MODELS = [i for i in MODELS if load_model(i).mtp_layers]
+
+
+@deep
+@given(st.sampled_from(MOE_MODELS), st.sampled_from(HARDWARE), st.sampled_from(("bf16", "fp8", "int4")), st.data())
+def test_expert_parallel_moves_experts_not_work(model, hw, dtype, data):
+    """Splitting the routed experts by expert (EP) instead of within each expert (TP) over the same
+    devices: the same model in all, the same weights per device, the same routed-expert FLOPs; with
+    attention data parallel (tp < ep) a device keeps at most the KV that TP attention keeps."""
+    m = load_model(model)
+    ep = data.draw(st.sampled_from([d for d in (2, 4, 8) if m.n_experts % d == 0 and m.n_heads % d == 0]))
+    base = dict(model=model, hardware=hw, weight_dtype=dtype, n_devices=ep, batch_size=data.draw(st.integers(1, 128)),
+                prompt_len=data.draw(st.integers(1, 4096)), gen_len=64)
+    tp_only = evaluate(base, details=True)
+    with_ep = evaluate(dict(base, expert_parallel=ep), details=True)
+    dp_att = evaluate(dict(base, expert_parallel=ep, tensor_parallel=1), details=True)
+    assert tp_only["weights_bytes"] == with_ep["weights_bytes"] == dp_att["weights_bytes"]
+    assert with_ep["memory_target_weights_bytes"] == pytest.approx(tp_only["memory_target_weights_bytes"], rel=1e-9)
+    assert le(tp_only["memory_target_weights_bytes"], dp_att["memory_target_weights_bytes"])
+    flops = [{o["name"]: o["flops"] for o in r["operators"]}["moe_ffn"] for r in (tp_only, with_ep, dp_att)]
+    assert flops[1] == pytest.approx(flops[0], rel=1e-9) and flops[2] == pytest.approx(flops[0], rel=1e-9)
+    assert le(dp_att["memory_target_kv_bytes"], tp_only["memory_target_kv_bytes"])
+    ops = {o["name"] for o in dp_att["operators"]}
+    assert {"moe_dispatch", "moe_combine"} <= ops and not {"moe_dispatch", "moe_combine"} & \
+        {o["name"] for o in with_ep["operators"]}
+
+
+@deep
+@given(st.sampled_from(MTP_MODELS), st.sampled_from(HARDWARE), st.integers(1, 7), st.floats(0.0, 0.99), st.data())
+def test_mtp_draft_passes_are_cheaper_than_target_steps(model, hw, gamma, alpha, data):
+    """An MTP pass (one layer + the shared head) never costs more than the target's own decode step;
+    the draft time grows with γ; τ stays within [1, γ + 1] and the speedup below τ."""
+    base = dict(model=model, hardware=hw, n_devices=8, weight_dtype=data.draw(st.sampled_from(("bf16", "fp8"))),
+                batch_size=data.draw(st.integers(1, 64)), prompt_len=data.draw(st.integers(1, 8192)), gen_len=64,
+                strategy="speculative", draft_model="mtp", acceptance_rate=alpha)
+    if data.draw(st.booleans()):
+        base.update(expert_parallel=8, tensor_parallel=data.draw(st.sampled_from((1, 8))))
+    a = evaluate(dict(base, gamma=gamma))
+    b = evaluate(dict(base, gamma=gamma + 1))
+    assert le(a["draft_time_per_step_s"] / gamma, a["ar_step_latency_s"])
+    assert le(a["draft_time_per_step_s"], b["draft_time_per_step_s"])
+    assert 1.0 - 1e-9 <= a["tokens_per_step"] <= gamma + 1 + 1e-9
+    assert le(a["speedup_vs_ar"], a["tokens_per_step"])
+    assert a["memory_draft_weights_bytes"] > 0 and a["memory_draft_kv_bytes"] > 0

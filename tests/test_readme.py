@@ -95,7 +95,7 @@ def test_plots_as_documented(tmp_path):
     """`import costmodel` then costmodel.plots.decision_map(...), as the README shows."""
     code = ("import costmodel, sys\n"
             "d = costmodel.plots.decision_map({'model': 'llama-2-7b', 'hardware': 'h100-sxm', "
-            "'acceptance_rate': 0.75}, sys.argv[1], batch_sizes=(1, 64), contexts=(512, 4096))\n"
+            "'acceptance_rate': 0.75}, sys.argv[1], batch_sizes=(1, 64), contexts=(512, 3968))\n"
             "assert costmodel.plots is sys.modules['costmodel.analysis.plots']\n"
             "print(sorted(d['names']))\n")
     out = tmp_path / "map.png"

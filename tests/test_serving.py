@@ -161,3 +161,47 @@ def test_multi_step_scheduling_delays_admission(tmp_path):
         waits[n] = sim["ttft_s"]["p99"]          # the larger TTFT: request 1's
     extra = waits[10] - waits[1]
     assert 6.5 * tpot < extra < 8.5 * tpot
+
+
+def test_token_latencies_by_hand():
+    from costmodel.serving.timeline import TokenLatencies, token_stats
+    t = TokenLatencies()
+    t.step(1.0, 1, 1.0)          # one token 1 s after the last
+    t.step(2.0, 2, 2.0)          # two sequences, one token each: two tokens at 2 s
+    t.step(10.0, 1, 1.0)         # a step stretched by a prompt: one token at 10 s
+    # mean over the 4 tokens: (1 + 2 + 2 + 10) / 4 = 3.75; cumulative tokens 1, 3, 4 at 1, 2, 10 s:
+    # p50 (2 of 4 tokens) = 2, p90 (3.6) = 10, p99 = 10
+    assert token_stats([t]) == {"mean": 3.75, "p50": 2.0, "p90": 10.0, "p99": 10.0}
+    s = TokenLatencies()
+    s.steps([3.0, 3.0], 2, 3.0)  # speculation: 2 sequences gain 3 tokens per 3 s step: 3 · 2 / 3 = 2 s each
+    assert token_stats([s]) == {"mean": 2.0, "p50": 2.0, "p90": 2.0, "p99": 2.0}
+
+
+def test_timeline_sampling_by_hand():
+    from costmodel.serving.timeline import TIMELINE_DT0_S, TIMELINE_MAX, Timeline
+    assert TIMELINE_DT0_S == 1e-3
+    tl = Timeline()
+    tl.step(0.0, 0.0025, queue=1, running=2, kv_tokens=10)        # samples at 0, 1, 2 ms
+    tl.step(0.0055, 0.006, queue=0, running=1, kv_tokens=5, idle_kv=3)   # 3, 4, 5 ms idle; none in [5.5, 6)
+    assert (tl.queue, tl.running, tl.kv) == ([1, 1, 1, 0, 0, 0], [2, 2, 2, 0, 0, 0], [10, 10, 10, 3, 3, 3])
+    tl.step(0.006, 0.006 + (TIMELINE_MAX - 6) * 1e-3, 4, 4, 4)     # fills to TIMELINE_MAX: halved, Δ = 2 ms
+    assert tl.dt == 2e-3 and len(tl.queue) == TIMELINE_MAX // 2 and tl.queue[:3] == [1, 1, 0]
+
+
+def test_timeline_and_itl_in_a_run():
+    # a lone request: every decoding step gives its one token, so ITL over tokens is its TPOT
+    one = serve(AR, num_requests=1, prompt_len=256, gen_len=40)
+    assert one["itl_s"]["mean"] == pytest.approx(one["tpot_s"]["mean"], rel=1e-9)
+    r = serve(AR, request_rate=40, num_requests=1500, prompt_len_dist="lognormal:512:0.5", gen_len=128)
+    tl = r["timeline"]
+    n = len(tl["t_s"])
+    assert 2 <= n <= 400 and tl["t_s"][1] == pytest.approx(tl["interval_s"])
+    assert np.mean(tl["running_seqs"]) == pytest.approx(r["mean_running_seqs"], rel=0.05)
+    assert np.mean(tl["kv_utilisation"]) == pytest.approx(r["kv_utilisation_mean"], rel=0.05)
+    # prompt chunks stretch some decoding steps: the token tail is above the per-request tail
+    assert r["itl_s"]["p99"] > r["tpot_s"]["p99"]
+    # overloaded: the queue builds up over the run
+    sat = serve(AR, num_requests=600, prompt_len=512, gen_len=128)
+    over = serve(AR, request_rate=1.5 * sat["request_throughput_per_s"], num_requests=600, prompt_len=512,
+                 gen_len=128)["timeline"]["queue_len"]
+    assert max(over[len(over) // 2:]) > 10 * max(max(over[:len(over) // 10]), 1)

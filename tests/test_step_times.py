@@ -214,8 +214,6 @@ def test_tree_step_with_a_draft_model_by_hand():
     assert sum(1 for row in passes["draft"].cost.ops if row[0] == "qkv_proj") == 2
 
 
-@pytest.mark.xfail(strict=True, reason="tree draft passes over the nodes of levels 1..D (should be the root "
-                                       "and levels 1..D−1: the draft proposes level d+1 from level d)")
 def test_tree_draft_runs_the_root_and_every_level_but_the_last():
     # the draft proposes level 1 from the root and level 2 from level 1's 2 nodes: 1 + 2 = 3 draft
     # tokens per sequence, 6 in all; its QKV projection (32·(32 + 2·16) = 2048 weights) does

@@ -13,7 +13,8 @@ from costmodel import InputError, evaluate
 from costmodel.cli.main import main
 from costmodel.analysis.sweep import parse_axis, sweep
 
-SPEC = dict(model="llama-2-7b", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
+# Llama-2-7B dimensions with a 32K context: the grids below run past Llama-2-7B's 4096 tokens
+SPEC = dict(model="llama-2-7b-32k", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
             acceptance_rate=0.7, gamma=4)
 
 
@@ -63,7 +64,7 @@ CASES = [
      dict(batch_size=[1, 8], prompt_len=[128, 8000], draft_schedule=["serial", "overlap"],
           runtime=["eager", "compiled", "vllm"])),
     ("tree", dict(model="vicuna-7b", hardware="a100-80gb", strategy="tree", draft_model="llama-68m"),
-     dict(batch_size=[1, 4, 16], prompt_len=[128, 2048], acceptance_rate=[0.5, 0.8], tree_nodes=[8, 31],
+     dict(batch_size=[1, 4, 16], prompt_len=[128, 1920], acceptance_rate=[0.5, 0.8], tree_nodes=[8, 31],
           attention_kernel=["prefix_aware", "per_branch", "dense_masked"], batch_sync=["ragged", "lockstep"])),
     ("tree-heads", dict(model="vicuna-7b", hardware="h100-sxm", strategy="tree", acceptance_rate=0.7,
                         tree_width=2, tree_depth=3),
@@ -72,7 +73,7 @@ CASES = [
      dict(batch_size=[1, 4], prompt_len=[512, 2048], n_branches=[1, 4, 16], shared_prefix_len=[0, 256],
           attention_kernel=["prefix_aware", "per_branch", "dense_masked"])),
     ("tp", dict(model="llama-2-70b", hardware="h100-sxm", batch_size=8),
-     dict(n_devices=[2, 4, 8], prompt_len=[128, 4096], strategy=["autoregressive", "speculative"],
+     dict(n_devices=[2, 4, 8], prompt_len=[128, 3968], strategy=["autoregressive", "speculative"],
           draft_model=["llama-68m"], acceptance_rate=[0.6])),
 ]
 
@@ -442,7 +443,7 @@ def test_forked_workers_give_the_single_process_frame(monkeypatch):
     assert calls == [1]
     _frames_identical(one, two)
     assert set(two["bound"]) <= {"compute", "memory", "l2", "interconnect", "launch"}
-    assert two["bound"].dtype == object and (two["model"] == "llama-2-7b").all()
+    assert two["bound"].dtype == object and (two["model"] == SPEC["model"]).all()
 
 
 def test_forked_worker_errors_reach_the_caller(monkeypatch):

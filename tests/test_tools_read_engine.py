@@ -9,7 +9,8 @@ import pytest
 from costmodel import evaluate
 from costmodel.engine.evaluate import evaluate_passes
 
-SELF_DRAFT = dict(model="llama-2-7b", hardware="a100-80gb", batch_size=32, prompt_len=8000, strategy="speculative",
+# llama-2-7b-32k: the Llama-2-7B dimensions with a 32K context (Llama-2-7B stops at 4096 tokens)
+SELF_DRAFT = dict(model="llama-2-7b-32k", hardware="a100-80gb", batch_size=32, prompt_len=8000, strategy="speculative",
                   draft_model="self", draft_kv_budget=256, gamma=4, acceptance_rate=0.8)
 
 
@@ -49,10 +50,10 @@ def test_roofline_plot_prefill_is_chunked_like_the_engines():
     # of 8,000 tokens, each reading the FFN weights (3 · 4096 · 11008 fp16) once:
     # intensity = 2 · 8000 · W / (2 · W + 8000 · (4096 + 4096) · 2) FLOP/B per chunk
     W = 3 * 4096 * 11008
-    d = roofline_data(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=8, prompt_len=4000, runtime="vllm"))
+    d = roofline_data(dict(model="llama-2-7b-32k", hardware="a100-80gb", batch_size=8, prompt_len=4000, runtime="vllm"))
     (ffn,) = [o for o in d["ops"] if o["phase"] == "prefill" and o["name"] == "ffn"]
     assert ffn["intensity"] == pytest.approx(2 * 8000 * W / (2 * W + 8000 * 8192 * 2), rel=1e-12)
-    assert d["phase_time_s"]["prefill"] == evaluate(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=8,
+    assert d["phase_time_s"]["prefill"] == evaluate(dict(model="llama-2-7b-32k", hardware="a100-80gb", batch_size=8,
                                                          prompt_len=4000, runtime="vllm"))["ttft_s"]
 
 

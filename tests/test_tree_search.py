@@ -7,7 +7,7 @@ import pytest
 
 from costmodel import evaluate
 from costmodel.engine.evaluate import _execs, make_ctx
-from costmodel.engine.strategies.tree import best_for_hardware, rank_vector, tree_outcome, tree_step, \
+from costmodel.engine.strategies.tree import best_for_hardware, depth_bound, rank_vector, tree_outcome, tree_step, \
     tree_tokens_per_step
 from costmodel.engine.tree import candidate_table, candidate_trees, lockstep_tokens
 from costmodel.inputs.record import parse_record
@@ -27,6 +27,11 @@ CASES = {
     "self draft with KV budget, tp=2": dict(draft_model="self", draft_kv_budget=256, n_devices=2,
                                             hardware="h100-sxm"),
     "none": dict(draft_model="none", batch_size=64),
+    "eagle3, tp=2": dict(draft_model="eagle3", n_devices=2, hardware="h100-sxm", batch_size=8),
+    # a record refuses τ with the search, but a table of trees still prices a given τ as each tree
+    # alone does (lock-step: each tree's own α, tree by tree)
+    "tau given, lockstep": dict(acceptance_rate=None, mean_accepted_tokens=2.5, batch_sync="lockstep",
+                                draft_model="eagle", tree_nodes=16, tree_shape=None),
 }
 
 
@@ -39,7 +44,7 @@ def _ctx(kw):
 @pytest.mark.parametrize("name", CASES)
 def test_every_candidate_rate_equals_pricing_it_alone(name):
     rec, ctx, draft = _ctx(CASES[name])
-    table = candidate_table(int(rec.tree_nodes), rank_vector(ctx, rec.tree_depth), rec.tree_depth)
+    table = candidate_table(int(rec.tree_nodes), rank_vector(ctx, rec.tree_depth), depth_bound(rec))
     step = tree_step(ctx, draft, table)[0]
     rates = tree_tokens_per_step(ctx, table) / step.time_s
     alone = []

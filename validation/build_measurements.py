@@ -292,10 +292,19 @@ def llamacpp(r):
                            + (f"; {qnote[qk]}" if qk in qnote else ""))]
     gen = 128 if r["gen_len"] == "default" else int(r["gen_len"])
     group = "llamacpp-overview" if r["source_locator"] == "Overview table" else "llamacpp-llama3"
+    # llama-bench tgN decodes N tokens from an empty prompt, the BOS first: the context ends at N tokens.
+    # Records keep prompt_len 1 + gen_len N (one token more, negligible) unless that passes the model's
+    # max_context; then the BOS is the prompt and N − 1 tokens follow it (tg8192 on Llama-3-8B).
+    from costmodel.inputs.model import load_model
+    if 1 + gen > (load_model(model).max_context or 1 + gen):
+        n_gen, how = gen - 1, (f"empty prompt: the BOS it decodes first is prompt_len 1 and {gen - 1} more tokens "
+                               f"fill the {gen}-token context = max_context")
+    else:
+        n_gen, how = gen, "empty prompt: prompt_len 1"
     return [dict(id=r["id"], source_group=group, metric="tokens_per_s_per_seq", value=r["value"], model=model,
                  hardware=LLAMACPP_HW[r["hardware"]], n_devices=1, weight_dtype=wd, runtime="llama.cpp",
-                 batch_size=1, prompt_len=1, gen_len=gen, strategy="autoregressive",
-                 notes=f"llama-bench tg{gen} (empty prompt: prompt_len 1)" + (f"; {qnote[qk]}" if qk in qnote else ""))]
+                 batch_size=1, prompt_len=1, gen_len=n_gen, strategy="autoregressive",
+                 notes=f"llama-bench tg{gen} ({how})" + (f"; {qnote[qk]}" if qk in qnote else ""))]
 
 
 def t4_oom(r):

@@ -147,7 +147,7 @@ def max_rate_of(fields: dict, workload: dict) -> dict:
 
 # ----------------------------------------------------------------------------- variants
 def _has_own_weights(draft) -> bool:
-    return str(draft or "").strip().lower() not in ("", "none", "medusa", "self", "eagle")
+    return str(draft or "").strip().lower() not in ("", "none", "medusa", "self", "eagle", "mtp")
 
 
 def strategy_variants(fields: dict, families=None) -> list:

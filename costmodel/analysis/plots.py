@@ -106,16 +106,27 @@ def fitting_axes(fields: dict) -> tuple[tuple, tuple]:
                             **{k: None for k in ("draft_model", "gamma", "acceptance_rate", "mean_accepted_tokens",
                                                  "tree_nodes", "tree_width", "tree_depth", "tree_shape")
                                if k in f}), allow_meta=True)
+    wide = within_max_context(WIDE_CONTEXTS, rec)
     B = np.asarray(WIDE_BATCHES, dtype=float)[None, :]
-    P = np.asarray(WIDE_CONTEXTS, dtype=float)[:, None]
+    P = np.asarray(wide, dtype=float)[:, None]
     fits = np.broadcast_to(np.asarray(evaluate_arrays(rec, {"batch_size": B, "prompt_len": P},
                                                       with_baseline=False)["fits"], dtype=bool),
                            (P.size, B.size))
     if not fits.any():
-        return DEFAULT_BATCHES, DEFAULT_CONTEXTS
+        return DEFAULT_BATCHES, within_max_context(DEFAULT_CONTEXTS, rec)
     nb = int(np.flatnonzero(fits.any(axis=0))[-1]) + 1        # up to the last column with a fitting cell
     nc = int(np.flatnonzero(fits.any(axis=1))[-1]) + 1
-    return _thin(WIDE_BATCHES[:nb]), _thin(WIDE_CONTEXTS[:nc])
+    return _thin(WIDE_BATCHES[:nb]), _thin(wide[:nc])
+
+
+def within_max_context(contexts: tuple, rec) -> tuple:
+    """The prompt lengths P of ``contexts`` with P + gen_len within the model's max_context (the
+    longest context it supports; a longer record is an input error), the first one at least."""
+    from costmodel.inputs.model import load_model
+    limit = load_model(rec.model).max_context
+    if limit is None:
+        return tuple(contexts)
+    return tuple(c for c in contexts if c + rec.gen_len <= limit) or (max(1, limit - rec.gen_len),)
 
 
 def _thin(values: tuple) -> tuple:
@@ -127,14 +138,18 @@ def _thin(values: tuple) -> tuple:
     return tuple(out)
 
 
-def decision_map_data(fields: dict, batch_sizes=DEFAULT_BATCHES, contexts=DEFAULT_CONTEXTS,
+def decision_map_data(fields: dict, batch_sizes=DEFAULT_BATCHES, contexts=None,
                       objective: str = "tokens_per_s") -> dict:
-    """Winner, margin and per-family objective on the batch × context grid (rows = contexts)."""
+    """Winner, margin and per-family objective on the batch × context grid (rows = contexts;
+    default: DEFAULT_CONTEXTS within the model's max_context)."""
     from costmodel.analysis.recommend_variants import evaluate_families
+    from costmodel.inputs.record import parse_record
     _need(fields, "model", "hardware")
     f = dict(fields)
     f.setdefault("batch_size", 1)
     f.setdefault("prompt_len", 1)
+    if contexts is None:
+        contexts = within_max_context(DEFAULT_CONTEXTS, parse_record(dict(f, prompt_len=1), allow_meta=True))
     B = np.asarray(batch_sizes, dtype=float)[None, :]
     P = np.asarray(contexts, dtype=float)[:, None]
     ev = evaluate_families(f, f["hardware"], {"batch_size": B, "prompt_len": P}, objective=objective)
@@ -250,7 +265,7 @@ def roofline_data(fields: dict) -> dict:
     rec = parse_record(fields, allow_meta=True)
     passes = evaluate_passes(rec)
     ex = passes["prefill"].ex
-    phases = [(phase, passes[key].cost, passes[key].ex.tp) for phase, key in ROOFLINE_PHASES
+    phases = [(phase, passes[key].cost, passes[key].ex.stage_devices) for phase, key in ROOFLINE_PHASES
               if key in passes and not (key == "decode" and rec.strategy == "autoregressive")]
     ops = []
     for phase, cost, tp in phases:

@@ -67,7 +67,8 @@ from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_val
 from costmodel.analysis.sweep_output import check_output, write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
-from costmodel.engine.evaluate import evaluate, evaluate_arrays, record_head, record_tail
+from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, record_head, record_tail
+from costmodel.inputs.model import load_model
 from costmodel.engine.roofline import operator_rows
 from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
 from costmodel.inputs.hardware import HardwareStack, stack_hardware
@@ -107,7 +108,8 @@ def _plan(base: dict, axes_in: dict, on_invalid: str = "error", in_memory: bool 
         elif b.rowwise:
             for where, row in _rows(b, axes, names):
                 try:
-                    parse_record(row, source=b.label)
+                    r = parse_record(row, source=b.label)
+                    check_context(r, load_model(r.model))
                 except InputError as exc:
                     if strict:
                         raise
@@ -323,7 +325,7 @@ def _evaluate_piece(rec, arrays) -> dict:
     if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack) and not np.ndim(rec.n_devices)):
         return _flat(evaluate(rec))
     with operator_rows(False):            # the per-operator breakdown is not a column
-        res = evaluate_arrays(rec, arrays, bound_codes=True)
+        res = evaluate_arrays(rec, arrays, bound_codes=True, check_limits=False)   # check_block did
     extras = res.pop("_extras")
     res.pop("_step_ops", None)
     # evaluate()'s keys in its order: the record's, the arrays, the record-level tail

@@ -16,6 +16,7 @@ from costmodel.errors import InputError
 from costmodel.engine.evaluate import NUMERIC_AXES
 from costmodel.inputs import rules
 from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.model import load_model
 from costmodel.inputs.record import Record, _empty, convert, parse_record
 
 #: most values one axis may have (a range is counted before its values are built)
@@ -426,7 +427,8 @@ def arrays_for(block: Block, axes: dict, sl: dict | None = None) -> dict:
 #: the text an ``invalid_reason`` gives for each numeric rule of costmodel.inputs.rules
 RULE_REASONS = {"prefix_exceeds_prompt": "shared_prefix_len > prompt_len",
                 "tau_exceeds_chain": "mean_accepted_tokens outside [1, gamma + 1]",
-                "chain_taus_disagree": "acceptance_rate and mean_accepted_tokens disagree by more than 5%"}
+                "chain_taus_disagree": "acceptance_rate and mean_accepted_tokens disagree by more than 5%",
+                "context_exceeds_max": "prompt_len + gen_len beyond the model's max_context"}
 
 
 def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
@@ -436,8 +438,6 @@ def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
     :class:`~costmodel.analysis.sweep_invalid.InvalidRows`) the offending rows are marked there
     instead, each rule's with its reason (``where``: the block's region of the grid, or a list of
     regions)."""
-    if not arrays:
-        return
     rec = block.rec
     if invalid is not None:
         for rule, mask in rules.grid_rule_violations(rec, arrays):
@@ -455,5 +455,10 @@ def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
     row = {k: (int(v) if BY_NAME[k].kind == "int" else float(v)) for k, v in row.items()}
     d = {f: getattr(rec, f) for f in FIELD_NAMES if getattr(rec, f) is not None}
     d.update(row)
-    parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
+    r = parse_record(d, source=block.label + f" row {row}")       # raises with record.py's message
+    from costmodel.engine.evaluate import check_context
+    try:
+        check_context(r, load_model(r.model))                      # or with the engine's own
+    except InputError as exc:
+        raise InputError(str(exc), source=block.label + f" row {row}") from None
     raise InputError(f"invalid combination of values {row}", source=block.label)   # pragma: no cover

@@ -27,6 +27,7 @@ def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict:
         except InputError:
             r = None
         ok = r is not None and r.tensor_parallel is None and r.pipeline_parallel == 1 and \
+            (r.expert_parallel or 1) == 1 and \
             r.strategy in ("autoregressive", "speculative", "shared_prefix") and \
             (r.draft_placement == "same_device" or r.draft_model in ("none", "medusa", "self"))
         recs.append((r.n_devices > 1) if ok else None)

@@ -101,6 +101,8 @@ F_SCALE = 0.1            # soft-L1 scale of the log residuals (~10 %)
 #: switches for the ablation table (a mechanism is on unless :data:`ABLATIONS` turns it off)
 SPEC_HOST_WORK = True        # the runtimes' counted per-step host work of speculation
 KEEP_UNSEEN_PRIORS = True    # parameters a fold's rows cannot see keep their priors
+GQA_KERNELS = True           # the runtimes' GQA-unaware attention kernels (eager repeat_kv)
+PREFILL_PER_SEQUENCE = True  # runtimes that prefill one prompt per pass
 
 
 def prior_runtime(rt_id: str) -> Runtime:
@@ -108,6 +110,10 @@ def prior_runtime(rt_id: str) -> Runtime:
     base = load_runtime(rt_id)
     if not SPEC_HOST_WORK:
         base = dataclasses.replace(base, spec_step_host_ops=(), spec_step_syncs=())
+    if not GQA_KERNELS:
+        base = dataclasses.replace(base, gqa_attention="grouped")
+    if not PREFILL_PER_SEQUENCE:
+        base = dataclasses.replace(base, prefill_per_sequence=False)
     return dataclasses.replace(base, **PRIORS.get(rt_id, {}))
 
 
@@ -364,6 +370,10 @@ ABLATIONS = {
     "host work per speculation step (counted ops and syncs)": _no_spec_host,
     "unseen parameters keep their priors": _no_unseen_priors,
     "all-reduce 'auto' (ring only)": lambda: {"records": {"allreduce_algorithm": "ring"}},
+    "GQA-unaware attention kernels (eager repeat_kv)": lambda: {"GQA_KERNELS": False},
+    "per-sequence prefill (compiled)": lambda: {"PREFILL_PER_SEQUENCE": False},
+    "Medusa heads from the checkpoint (5; off: one per tree level)": lambda: {
+        "records": lambda r: {"medusa_heads": 4} if r.draft_model == "medusa" else {}},
 }
 
 
@@ -377,7 +387,9 @@ def ablate(ms: list[Measurement], by: str = "publication", names=None) -> list:
         saved = {k: g[k] for k in patch if k != "records"}
         rows = ms
         if "records" in patch:
-            rows = [dataclasses.replace(m, record=m.record.replace(**patch["records"])) for m in ms]
+            change = patch["records"]
+            rows = [dataclasses.replace(m, record=m.record.replace(**(change(m.record) if callable(change) else change)))
+                    for m in ms]
         try:
             g.update({k: v for k, v in patch.items() if k != "records"})
             out.append((name, summarize(leave_one_source_out(rows, by=by)["rows"])))

@@ -107,19 +107,50 @@ def cmd_hardware(args):
                   cols, asdict)
 
 
+def _attention_words(m) -> str:
+    """The attention kind in a few words: MLA, full, or windowed (sliding/chunked, with the global share)."""
+    kind = "MLA" if m.mla is not None else ("MHA" if m.n_kv_heads == m.n_heads else f"GQA {m.n_kv_heads} kv")
+    if m.n_window_layers:
+        glob = f", 1 in {m.global_layer_every} global" if m.global_layer_every else ""
+        kind += f", {m.window_kind} {m.attention_window}{glob}"
+    return kind
+
+
+def _moe_words(m) -> str:
+    if not m.n_moe_layers:
+        return "dense"
+    shared = f" +{m.n_shared_experts} shared" if m.n_shared_experts else ""
+    return f"{m.n_experts} top-{m.experts_per_token}{shared}"
+
+
+def model_facts(m) -> dict:
+    """What ``models show`` adds to a model's fields: derived architecture facts."""
+    return {"n_params": m.n_params, "active_params_per_token": m.active_params_per_token,
+            "n_moe_layers": m.n_moe_layers, "n_dense_layers": m.n_dense_layers,
+            "n_window_layers": m.n_window_layers, "n_global_layers": m.n_global_layers,
+            "kv_bytes_per_token_fp16": m.kv_bytes_per_token(2.0),
+            "kv_bytes_per_token_fp8": m.kv_bytes_per_token(1.0),
+            "mtp_params": m.mtp_params if m.mtp_layers else 0}
+
+
 def cmd_models(args):
     from dataclasses import asdict
 
     from costmodel.inputs.model import load_model
-    cols = (("id", "id", None, "{}"), ("name", "name", None, "{}"), ("params_B", "params (1e9)", 1, "{:.3f}"),
-            ("layers", "layers", 1, "{:.0f}"), ("d_model", "d_model", 1, "{:.0f}"),
-            ("kv_heads", "kv heads", 1, "{:.0f}"), ("kv_KiB_per_token_fp16", "KV KiB/token fp16", 1, "{:.0f}"))
+    cols = (("id", "id", None, "{}"), ("params_B", "params (1e9)", 1, "{:.1f}"),
+            ("active_params_B", "active (1e9)", 1, "{:.1f}"), ("layers", "layers", 1, "{:.0f}"),
+            ("experts", "experts", None, "{}"), ("attention", "attention", None, "{}"),
+            ("kv_KiB_per_token_fp16", "KV KiB/token fp16", 1, "{:.1f}"), ("max_context", "max context", 1, "{:.0f}"),
+            ("mtp_layers", "MTP", 1, "{:.0f}"))
     _list_or_show(args, "model_specs", load_model,
-                  lambda i, m: {"id": i, "name": m.name, "params_B": m.n_params / 1e9, "layers": m.n_layers,
-                                "d_model": m.d_model, "kv_heads": m.n_kv_heads,
-                                "kv_KiB_per_token_fp16": m.kv_bytes_per_token(2) / 1024},
-                  cols, lambda m: dict(asdict(m), n_params=m.n_params,
-                                       kv_bytes_per_token_fp16=m.kv_bytes_per_token(2.0)))
+                  lambda i, m: {"id": i, "name": m.name, "params_B": m.n_params / 1e9,
+                                "active_params_B": m.active_params_per_token / 1e9, "layers": m.n_layers,
+                                "d_model": m.d_model, "kv_heads": m.n_kv_heads, "experts": _moe_words(m),
+                                "attention": _attention_words(m),
+                                # KV of one token while the context is within every window
+                                "kv_KiB_per_token_fp16": m.kv_bytes_per_token(2) / 1024,
+                                "max_context": m.max_context, "mtp_layers": m.mtp_layers},
+                  cols, lambda m: dict(asdict(m), **model_facts(m)))
 
 
 def _flatten(d, prefix=""):

@@ -50,6 +50,18 @@ def build_exec(rec: Record) -> Exec:
     kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
+    ep = rec.expert_parallel or 1
+    dp = 1
+    if ep > 1:
+        if not model.n_moe_layers:
+            raise InputError(f"expert_parallel needs a mixture-of-experts model; {model.id} is dense",
+                             field="expert_parallel", value=ep, allowed="1 for a dense model")
+        if model.n_experts % ep:
+            raise InputError(f"expert_parallel {ep} does not divide the model's {model.n_experts} routed experts",
+                             field="expert_parallel", value=ep,
+                             allowed=", ".join(str(d) for d in range(1, model.n_experts + 1)
+                                               if model.n_experts % d == 0 and d <= 4096))
+        dp = ep // tp
     if np.any(model.n_heads % tp):
         raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
                          field="tensor_parallel", value=tp,
@@ -58,7 +70,7 @@ def build_exec(rec: Record) -> Exec:
         raise InputError(f"pipeline_parallel {pp} does not divide the model's {model.n_layers} layers",
                          field="pipeline_parallel", value=pp)
     return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
-                allreduce_algorithm=rec.allreduce_algorithm)
+                allreduce_algorithm=rec.allreduce_algorithm, ep=ep, dp=dp)
 
 
 def hardware_signature(rec: Record, hw) -> tuple:
@@ -77,6 +89,14 @@ def build_draft(rec: Record, ex: Exec):
         return None
     if dm == "self":
         return ex
+    if dm == "mtp":
+        if not ex.model.mtp_layers:
+            raise InputError(f"{ex.model.id} ships no multi-token-prediction module", field="draft_model",
+                             value=dm, allowed="a model with mtp_layers >= 1 (e.g. deepseek-v3), or another draft")
+        # the module runs on the target's devices, laid out like the target's layers (last stage)
+        return Exec(model=ex.model.mtp_module(), hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype,
+                    kv_dtype=ex.kv_dtype, tp=ex.tp, pp=1, allreduce_algorithm=ex.allreduce_algorithm,
+                    ep=ex.ep, dp=ex.dp)
     model = load_model(dm, field="draft_model")
     if model.vocab_size != ex.model.vocab_size:
         raise InputError(f"the draft's vocabulary ({model.vocab_size} tokens) differs from the target's "
@@ -120,9 +140,11 @@ def _execs(rec: Record):
 
 
 def check_context(rec: Record, model, arrays: dict | None = None) -> None:
-    """A context (prompt_len + gen_len, every element of a sweep) beyond the model's max_context is an
-    input error. Not yet called by ``evaluate``: existing suites evaluate Llama-2 / Vicuna at contexts
-    past their 4096 / 2048 (they need the long-context variants, e.g. llama-2-7b-32k, first)."""
+    """A context beyond the model's max_context is an input error: the longest context a sequence
+    reaches is prompt_len + gen_len (every element of a sweep; a shared-prefix branch's context is its
+    prompt, which holds the shared prefix, plus its own generated tokens: the same sum). Only the
+    target is checked: a draft shorter than the target is the runtime's business (vLLM stops
+    speculating past the draft's length)."""
     if model.max_context is None:
         return
     a = arrays or {}
@@ -130,7 +152,8 @@ def check_context(rec: Record, model, arrays: dict | None = None) -> None:
                    + np.asarray(a.get("gen_len", rec.gen_len), dtype=float))
     if total > model.max_context:
         raise InputError(f"prompt_len + gen_len = {total:.0f} exceeds {model.id}'s max_context {model.max_context}",
-                         field="prompt_len", allowed=f"prompt_len + gen_len <= {model.max_context}")
+                         field="prompt_len",
+                         allowed=f"prompt_len + gen_len <= max_context = {model.max_context}")
 
 
 def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
@@ -147,11 +170,17 @@ def make_ctx(rec: Record, ex: Exec, arrays: dict | None = None) -> Ctx:
                n_branches=get("n_branches"), shared_prefix_len=get("shared_prefix_len"))
 
 
-def _outcome(rec: Record, arrays: dict | None = None):
-    """(Ctx, Outcome) of the record's strategy."""
+def _outcome(rec: Record, arrays: dict | None = None, check_limits: bool = True):
+    """(Ctx, Outcome) of the record's strategy; with ``check_limits`` a context beyond the model's
+    max_context is refused (:func:`check_context`; a sweep checks its grid itself and marks rows)."""
     ex, draft = _execs(rec)
+    if check_limits:
+        check_context(rec, ex.model, arrays)
     ctx = make_ctx(rec, ex, arrays)
     func = STRATEGY_FUNCS[rec.strategy]
+    if rec.gamma_schedule is not None:           # speculation with γ by batch size
+        from costmodel.engine.scheduled import scheduled_outcome
+        return ctx, scheduled_outcome(ctx, lambda c: func(c, draft), STRATEGY_FUNCS["autoregressive"])
     return ctx, (func(ctx) if rec.strategy in ("autoregressive", "shared_prefix") else func(ctx, draft))
 
 
@@ -181,12 +210,13 @@ def evaluate_passes(record) -> dict:
 
 
 def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool = True,
-                    bound_codes: bool = False) -> dict:
+                    bound_codes: bool = False, check_limits: bool = True) -> dict:
     """Vectorised core: ``rec`` fixes the model, hardware and strategy; ``arrays`` maps any of
     NUMERIC_AXES to numpy arrays that broadcast together. Returns a dict of arrays. With
     ``bound_codes`` the ``bound`` and ``prefill_bound`` arrays hold int8 indices into
-    ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column)."""
-    ctx, out = _outcome(rec, arrays)
+    ``roofline.BOUNDS`` instead of the names (the sweep turns them into text once per column). With
+    ``check_limits`` False a context beyond max_context is priced (a sweep has checked its grid)."""
+    ctx, out = _outcome(rec, arrays, check_limits)
     res = finalize(ctx, out, bound_codes)
     if rec.strategy == "autoregressive":
         res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
@@ -195,6 +225,9 @@ def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool
         base_lat = ar_step(ctx, B=baseline_batch(ctx)).time_s
         shape = np.broadcast_shapes(np.shape(base_lat), np.shape(res["step_latency_s"]))
         res["speedup_vs_ar"] = res["tokens_per_s_per_seq"] / (1.0 / base_lat)
+        if rec.gamma_schedule is not None:      # rows where the schedule decodes plainly: the baseline itself
+            from costmodel.engine.scheduled import off_mask
+            res["speedup_vs_ar"] = np.where(off_mask(rec, ctx.B), 1.0, res["speedup_vs_ar"])
         res["ar_step_latency_s"] = np.broadcast_to(base_lat, shape)
     return res
 
@@ -280,6 +313,9 @@ def assumption_notes(rec: Record, ex: Exec) -> list:
         notes.append(f"kv_dtype defaults to the activation dtype: {ex.kv_dtype}")
     if rec.strategy in ("speculative", "tree"):
         notes.extend(draft_notes(rec, ex))
+    if rec.gamma_schedule is not None:
+        from costmodel.engine.scheduled import schedule_note
+        notes.append(schedule_note(rec))
     return notes
 
 

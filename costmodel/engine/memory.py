@@ -5,12 +5,14 @@ the draft sits); this module turns that into bytes. Per device of a tensor-paral
 and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
 
     target weights   = (whole-model weights + replicated K/V projections) / (tp·pp)   weights_device_bytes
+                       (expert parallel: routed experts / (ep·pp), the rest / (tp·pp))
     KV bytes/token   = 2 · layers/pp · ceil(kv_heads/tp) · head_dim · kv_bytes          kv_bytes_per_token_device
                        (MLA: (kv_lora + rope) · layers/pp · kv_bytes on every rank)
     target KV        = KV tokens stored · KV bytes/token (windowed layers: ≤ seqs·window) kv_bytes
+                       (attention data parallel: the device's group holds 1/dp of the tokens)
     tree scratch     = B · q · KV bytes/token (q = tree nodes + root: the verified slots) tree_scratch_bytes
     draft weights    = a draft model's own weights/device; 0 for ``self`` (the target's weights);
-                       a head's parameters · bytes per weight (Medusa split over tp)       draft_breakdown
+                       a head's parameters · bytes per weight / tp (Medusa, EAGLE)         draft_breakdown
     draft KV         = the draft's KV tokens · its KV bytes/token                         draft_breakdown
     activations      = the largest pass of T tokens, L of them needing logits (k experts per token):
                        T·(2·d + (q + 2·kv)/tp + q/tp + 3·k·d_ff/tp)·act_bytes + L·vocab/tp·4 activation_bytes
@@ -22,10 +24,14 @@ and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
            holds more (draft weights, draft KV, [activations,] runtime overhead)       peak_device_bytes
     fits = peak ≤ the device's usable bytes
 
-Totals over all devices: weights = whole-model weights + draft weights (weights_total_bytes);
-KV cache = (target KV + tree scratch) · tp·pp + draft KV (:func:`footprint`).
-A runtime that chunks prefill (``prefill_chunk_tokens`` = C) never runs more than C tokens in a pass,
-so activations and scores are those of a C-token slice (:func:`target_breakdown`).
+Totals over all devices: weights = whole-model weights + the draft's weights over its devices (a
+draft model sharded over ``draft_tensor_parallel`` devices: its per-device weights · its tp·pp; a head
+on the target's tp group: its parameters once, plus the copies of any matrix every rank replicates);
+KV cache = (target KV + tree scratch) · tp·pp + draft KV per device · the draft's tp·pp (:func:`footprint`,
+:class:`DraftParts`: per-device and total figures are never mixed).
+The prefill's pass holds B·P tokens, or P when the runtime prefills one prompt at a time
+(``prefill_per_sequence``); a runtime that chunks prefill (``prefill_chunk_tokens`` = C) never runs
+more than C tokens in a pass, so activations and scores are those of a C-token slice (:func:`target_breakdown`).
 """
 
 from __future__ import annotations
@@ -67,6 +73,19 @@ def weights_total_bytes(ex: Exec) -> float:
     return layers + m.embedding_params * ex.embedding_w_bytes + head + d * ex.act_bytes
 
 
+def routed_expert_bytes(ex: Exec) -> float:
+    """Weights of every routed expert of every MoE layer: n_moe_layers · n_experts · one expert, its
+    matrices in the stored format (the down projection at d_in = moe_d_ff), as in
+    :func:`weights_total_bytes`."""
+    m = ex.model
+    if not m.n_moe_layers:
+        return 0.0
+    d, w = m.d_model, m.expert_d_ff
+    down = d * w
+    return float(m.n_moe_layers * m.n_experts * ((m.expert_params - down) * ex.w_bytes_for(d)
+                                                  + down * ex.w_bytes_for(w)))
+
+
 def weights_device_bytes(ex: Exec) -> float:
     """Weights resident on one device: (all parameters + replicated projections) / (tp·pp).
 
@@ -81,6 +100,9 @@ def weights_device_bytes(ex: Exec) -> float:
         extra = (ex.tp - 1) * m.d_model * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim) * m.n_layers
     else:
         extra = (ex.kv_heads_per_device * ex.tp - m.n_kv_heads) * m.head_dim * m.d_model * 2 * m.n_layers
+    if ex.ep > 1:       # routed experts split over the stage's ep devices, the rest over its tp
+        routed = routed_expert_bytes(ex)
+        return (weights_total_bytes(ex) - routed + extra * ex.w_bytes) / (ex.tp * ex.pp) + routed / (ex.ep * ex.pp)
     return (weights_total_bytes(ex) + extra * ex.w_bytes) / (ex.tp * ex.pp)
 
 
@@ -91,6 +113,18 @@ def active_weights_bytes_device(ex: Exec) -> float:
     m = ex.model
     n_act = float(m.active_params_per_token)
     return ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
+
+
+def mtp_weights_device_bytes(mtp_ex: Exec) -> float:
+    """The MTP module's own weights on one device: its one-layer model's weights
+    (:func:`weights_device_bytes` of ``mtp_ex``, whose model is ``Model.mtp_module()``) less the
+    embedding, LM head and final norm it shares with the target, plus the 2d×d projection and its
+    two norms (2d·d·w_bytes + 2·d·act_bytes) split over tp."""
+    m = mtp_ex.model
+    shared = (m.embedding_params * mtp_ex.embedding_w_bytes + m.d_model * mtp_ex.act_bytes
+              + (0.0 if m.tied_embeddings else m.lm_head_params * mtp_ex.lm_head_w_bytes))
+    own = 2.0 * m.d_model * m.d_model * mtp_ex.w_bytes_for(2 * m.d_model) + 2.0 * m.d_model * mtp_ex.act_bytes
+    return weights_device_bytes(mtp_ex) - shared / mtp_ex.tp + own / mtp_ex.tp
 
 
 # --------------------------------------------------------------------------- KV cache
@@ -107,6 +141,9 @@ def kv_bytes(ex: Exec, tokens, seqs=None) -> np.ndarray:
     sequences holding them; None prices every layer at N)."""
     m = ex.model
     n = np.asarray(tokens, dtype=float)
+    if ex.dp > 1:      # attention data parallel: this device's group keeps its 1/dp of the sequences
+        n = n / ex.dp
+        seqs = None if seqs is None else np.asarray(seqs, dtype=float) / ex.dp
     if m.attention_window is None or seqs is None or m.n_window_layers == 0:
         return n * kv_bytes_per_token_device(ex)
     capped = np.minimum(n, np.asarray(seqs, dtype=float) * m.attention_window)
@@ -125,6 +162,8 @@ def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
     experts each token runs (MoE: each holds its own gate/up/activation; 1 for a dense FFN)."""
     m, tp = ex.model, ex.tp
     t = np.asarray(tokens, dtype=float)
+    if ex.dp > 1:      # attention data parallel: the device runs its group's 1/dp of the pass
+        t, lm_tokens = t / ex.dp, np.asarray(lm_tokens, dtype=float) / ex.dp
     # MoE: each token runs its experts_per_token experts, each holding its own gate/up/activation
     ffn_width = max(m.d_ff if m.n_dense_layers else 0,
                     (m.experts_per_token + m.n_shared_experts) * m.expert_d_ff if m.n_moe_layers else 0)
@@ -140,11 +179,15 @@ def score_bytes(ex: Exec, pairs) -> np.ndarray:
 
 
 def prefill_footprint(ex: Exec, B, P) -> tuple:
-    """(tokens, lm_tokens, score pairs) of the prefill for :func:`target_breakdown`: B·P tokens,
-    logits for the B last tokens, and B·P² score pairs per layer (the full block an unfused kernel
-    stores; none with a fused kernel)."""
+    """(tokens, lm_tokens, score pairs) of the largest prefill pass for :func:`target_breakdown`: the
+    B·P tokens of the batch in one pass, logits for the B last tokens and B·P² score pairs per layer
+    (the full block an unfused kernel stores; none with a fused kernel); with a runtime that prefills
+    each prompt on its own (``Runtime.prefill_per_sequence``) one sequence's: P tokens, one logit row,
+    P² pairs. A runtime that also chunks caps the pass further (:func:`target_breakdown`)."""
     B = np.asarray(B, dtype=float)
     P = np.maximum(P, 1.0)
+    if ex.rt.prefill_per_sequence:
+        B = np.ones_like(B)
     return B * P, B, (0.0 if ex.rt.fused_attention else B * (P * P))
 
 
@@ -177,12 +220,28 @@ def target_breakdown(ex: Exec, kv_tokens, passes: list, seqs=None) -> dict:
     }
 
 
-def draft_breakdown(weights_bytes=0.0, kv_ex: Exec | None = None, kv_tokens=0.0, seqs=None) -> dict:
-    """The draft's parts: ``draft_weights`` (a draft model's :func:`weights_device_bytes`, a head's
-    parameters · bytes, 0 for ``self`` and ``none``) and ``draft_kv`` = ``kv_tokens`` ·
-    :func:`kv_bytes_per_token_device` of ``kv_ex`` (the Exec whose KV the draft keeps; None: no KV)."""
-    return {"draft_weights": np.asarray(weights_bytes),
-            "draft_kv": np.asarray(0.0) if kv_ex is None else kv_bytes(kv_ex, kv_tokens, seqs)}
+@dataclass
+class DraftParts:
+    """A draft's memory: ``device`` = its parts on one device that holds it (``draft_weights``,
+    ``draft_kv``), and its totals over every device that holds a share of it."""
+
+    device: dict
+    weights_total_bytes: object
+    kv_total_bytes: object
+
+
+def draft_breakdown(weights_bytes=0.0, kv_ex: Exec | None = None, kv_tokens=0.0, seqs=None, *,
+                    weights_total=None) -> DraftParts:
+    """The draft's parts per device: ``draft_weights`` = ``weights_bytes`` (a draft model's
+    :func:`weights_device_bytes`, a head's parameters · bytes / tp, 0 for ``self`` and ``none``) and
+    ``draft_kv`` = ``kv_tokens`` · :func:`kv_bytes_per_token_device` of ``kv_ex`` (the Exec whose KV
+    the draft keeps; None: no KV). Totals over the devices: weights = ``weights_total`` (default: the
+    per-device figure, a draft on one device); KV = per-device KV · kv_ex.tp · kv_ex.pp (each device of
+    the draft's group keeps its share, as the target's KV total counts)."""
+    kv = np.asarray(0.0) if kv_ex is None else kv_bytes(kv_ex, kv_tokens, seqs)
+    kv_devices = 1 if kv_ex is None else kv_ex.tp * kv_ex.pp
+    return DraftParts({"draft_weights": np.asarray(weights_bytes), "draft_kv": kv},
+                      np.asarray(weights_bytes if weights_total is None else weights_total), kv * kv_devices)
 
 
 @dataclass
@@ -196,32 +255,27 @@ class Footprint:
     weights_total_bytes: object    # weights over all devices (target + draft)
 
 
-def footprint(ex: Exec, target: dict, draft: dict | None = None, *, separate: bool = False,
-              draft_activations=None, draft_devices: int = 1) -> Footprint:
+def footprint(ex: Exec, target: dict, draft: DraftParts | None = None, *, separate: bool = False,
+              draft_activations=None) -> Footprint:
     """Place the parts: the draft's on the target device, or (``separate``) on a device of its own that
-    also holds ``draft_activations`` (when given) and the runtime overhead. ``draft`` holds the parts of
-    one of the ``draft_devices`` devices a sharded draft spans. Totals:
-    KV = (target KV + tree scratch) · tp·pp + draft KV · draft_devices;
-    weights = :func:`weights_total_bytes` + draft weights · draft_devices."""
+    also holds ``draft_activations`` (when given) and the runtime overhead. Totals (every figure a
+    total over the devices that hold it): KV = (target KV + tree scratch) · tp·pp + the draft's KV
+    total; weights = :func:`weights_total_bytes` + the draft's weights total."""
     device, other = dict(target), None
     if draft is not None:
         if separate:
-            other = dict(draft)
+            other = dict(draft.device)
             if draft_activations is not None:
                 other["activations"] = draft_activations
             other["runtime_overhead"] = np.asarray(ex.rt.memory_overhead_bytes)
         else:
-            device.update(draft)
+            device.update(draft.device)
     kv = device["target_kv"] if "tree_scratch" not in device else device["target_kv"] + device["tree_scratch"]
-    kv_total = kv * ex.tp * ex.pp
+    kv_total = kv * ex.stage_devices * ex.pp
     w_total = weights_total_bytes(ex)
     if draft is not None:
-        if draft_devices == 1:
-            kv_total = kv_total + draft["draft_kv"]
-            w_total = w_total + draft["draft_weights"]
-        else:
-            kv_total = kv_total + draft["draft_kv"] * draft_devices
-            w_total = w_total + draft["draft_weights"] * draft_devices
+        kv_total = kv_total + draft.kv_total_bytes
+        w_total = w_total + draft.weights_total_bytes
     return Footprint(device, other, kv_total, w_total)
 
 

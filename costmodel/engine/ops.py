@@ -12,7 +12,9 @@ for the group. Formulas (per layer unless stated):
 * MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
-              L2 bytes = KV tokens re-read from L2
+              L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
+              among its query heads (Runtime.gqa_attention) reads or copies it once per query head
+              (gqa_extra_bytes; L2 absorbs the re-reads it holds)
 * all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
               faster per message (auto, the default), over
               parallel.tp_link: the network when the TP group spans nodes)
@@ -51,6 +53,13 @@ class Exec:
     tp: int = 1
     pp: int = 1
     allreduce_algorithm: str = "auto"     # 'auto' (default: the faster per message), 'ring' or 'tree' (parallel.allreduce_time_s)
+    ep: int = 1                   # expert-parallel degree: routed experts split over ep devices of a stage
+    dp: int = 1                   # attention data-parallel groups of tp devices per stage (ep = tp·dp when > 1)
+
+    @property
+    def stage_devices(self) -> int:
+        """Devices of one pipeline stage: tp·dp (tp without attention data parallelism)."""
+        return self.tp * self.dp
 
     @property
     def quantised(self) -> bool:
@@ -246,6 +255,38 @@ def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
                     h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
 
 
+def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
+    """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
+    the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
+    ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
+    return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
+
+
+def gqa_extra_bytes(ex: Exec, kv_read_tokens):
+    """(extra HBM bytes, L2 bytes) per layer of an attention kernel that does not share a KV head among
+    its r = (heads/tp)/(KV heads per device) query heads (``Runtime.gqa_attention``), for
+    ``kv_read_tokens`` KV tokens read (K = the bytes of those tokens' KV on the device,
+    h = :func:`l2_hit_fraction` of the re-read set):
+
+        per_query_head: r − 1 re-reads of K:   HBM (r − 1)·K·(1 − h), L2 (r − 1)·K·h, h over K
+        repeat_kv:      r copies written, then read:  HBM r·K + r·K·(1 − h), L2 r·K·h, h over r·K
+
+    (None, None) for ``grouped`` kernels, r ≤ 1 (MHA) and MLA (one latent read by every head)."""
+    mode = ex.rt.gqa_attention
+    m = ex.model
+    if mode == "grouped" or m.mla is not None:
+        return None, None
+    r = ex.heads_per_device / ex.kv_heads_per_device
+    if r <= 1.0:
+        return None, None
+    k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
+    if mode == "per_query_head":
+        h = l2_hit_fraction(ex, kv_read_tokens)
+        return (r - 1.0) * k_bytes * (1.0 - h), (r - 1.0) * k_bytes * h
+    h = l2_hit_fraction(ex, r * np.asarray(kv_read_tokens, dtype=float))
+    return r * k_bytes + r * k_bytes * (1.0 - h), r * k_bytes * h
+
+
 def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
     """The attention operator(s): global layers over the whole context; windowed layers (sliding or
     chunked) over at most W positions per query and seqs·W KV tokens per layer (``PassShape.seqs``;
@@ -281,45 +322,127 @@ def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
             up = (2.0 * h * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) * pr
                   + 2.0 * m.mla_kv_up_params / tp * np.maximum(read - t, 0.0))
             flops = np.minimum(absorbed, up)
+        gqa_hbm, gqa_l2 = gqa_extra_bytes(ex, read)
+        if gqa_hbm is not None:
+            hbm, l2_tokens = hbm + gqa_hbm, l2_tokens * kv_tok + gqa_l2
+        else:
+            l2_tokens = l2_tokens * kv_tok
         if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
             hbm = hbm + 2.0 * 4.0 * ex.heads_per_device * pr
-        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens * kv_tok))
+        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens))
     return ops
 
 
-def _ffn_ops(ex: Exec, t) -> list[Op]:
-    """Dense FFN layers, MoE layers (routed experts, shared experts, router) and their activation."""
+def _routed_experts_op(ex: Exec, t_stage) -> Op:
+    """The routed experts of the MoE layers on one device.
+
+    Tensor parallel (ep = 1): every device holds 1/tp of each expert and sees all T tokens:
+    FLOPs 2·(P_e/tp)·k·T, bytes distinct·P_e/tp·w_bytes + T·2d·act·k, distinct = E·(1 − (1 − k/E)^T).
+    Expert parallel (ep > 1): a device holds E/ep whole experts and receives the k·T/ep token-expert
+    pairs routed to them (routing uniform over experts) from the stage's T tokens:
+    FLOPs 2·P_e·k·T/ep, bytes (E/ep)·(1 − (1 − k/E)^T)·P_e·w_bytes + (k·T/ep)·2d·act."""
+    m, act = ex.model, ex.act_bytes
+    d, L = m.d_model, m.n_moe_layers
+    e, k = m.n_experts, m.experts_per_token
+    t = t_stage
+    if ex.ep <= 1:
+        distinct = e * (1.0 - (1.0 - k / e) ** t)
+        per_expert = m.expert_params / ex.tp
+        flops, acts = 2.0 * per_expert * k * t, t * (d + d) * act * k
+    else:
+        distinct = e / ex.ep * (1.0 - (1.0 - k / e) ** t)
+        per_expert = float(m.expert_params)
+        pairs = t * k / ex.ep
+        flops, acts = 2.0 * per_expert * pairs, pairs * (d + d) * act
+    return Op("moe_ffn", "matrix", L, flops=flops, hbm_bytes=distinct * per_expert * ex.w_bytes + acts,
+              dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
+                             if ex.dequant_flops_per_weight else 0.0))
+
+
+def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
+    """Dense FFN layers, MoE layers (routed experts, shared experts, router) and their activation.
+    ``t`` = the device's tokens; ``t_stage`` = the stage's tokens that reach the routed experts
+    (attention data parallel: dp·t; else t)."""
     m, tp, act = ex.model, ex.tp, ex.act_bytes
     d = m.d_model
+    t_stage = t if t_stage is None else t_stage
     ops = []
     if m.n_dense_layers:
         ops.append(gemm("ffn", m.dense_ffn_params / tp, t, d, d, ex, count=m.n_dense_layers))
     if m.n_moe_layers:
         L = m.n_moe_layers
-        e, k = m.n_experts, m.experts_per_token
-        distinct = e * (1.0 - (1.0 - k / e) ** t)
+        e = m.n_experts
         per_expert = m.expert_params / tp
-        ops.append(Op("moe_ffn", "matrix", L, flops=2.0 * per_expert * k * t,
-                      hbm_bytes=distinct * per_expert * ex.w_bytes + t * (d + d) * act * k,
-                      dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
-                                     if ex.dequant_flops_per_weight else 0.0)))
+        ops.append(_routed_experts_op(ex, t_stage if ex.ep > 1 else t))
         if m.n_shared_experts:
             ops.append(gemm("shared_experts", m.n_shared_experts * per_expert, t, d, d, ex, count=L))
         ops.append(gemm("router", d * e, t, d, e, ex, count=L))
     if m.n_moe_layers and m.n_dense_layers:
         ops.append(AffineOp("ffn_activation", "vector", m.n_dense_layers, t, f1=4.0 * m.d_ff / tp, h0=0.0,
                             h1=3.0 * (m.d_ff / tp) * act))
-        ops.append(AffineOp("moe_activation", "vector", m.n_moe_layers, t, f1=4.0 * m.expert_d_ff / tp, h0=0.0,
-                            h1=3.0 * (m.expert_d_ff / tp) * act))
+        moe_t, moe_split = (t, tp) if ex.ep <= 1 else (t_stage, ex.ep)
+        ops.append(AffineOp("moe_activation", "vector", m.n_moe_layers, moe_t, f1=4.0 * m.expert_d_ff / moe_split,
+                            h0=0.0, h1=3.0 * (m.expert_d_ff / moe_split) * act))
+    elif m.n_moe_layers and ex.ep > 1:
+        ff = m.expert_d_ff / ex.ep
+        ops.append(AffineOp("ffn_activation", "vector", m.n_layers, t_stage, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
     else:
         ff = (m.d_ff if m.n_dense_layers else m.expert_d_ff) / tp
         ops.append(AffineOp("ffn_activation", "vector", m.n_layers, t, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
     return ops
 
 
+def mtp_projection_op(ex: Exec, tokens) -> Op:
+    """An MTP pass's projection of [normed embedding; normed hidden state] (2d → d) to the module's
+    layer input: a GEMM of 2·d·d/tp parameters over the device's tokens (tokens/dp with attention
+    data parallelism), once per pass."""
+    d = ex.model.d_model
+    op = gemm("mtp_projection", 2.0 * d * d / ex.tp, np.asarray(tokens, dtype=float) / ex.dp, 2 * d, d, ex, count=1)
+    op.group = "pass"
+    return op
+
+
+def local_shape(shape: PassShape, dp: int) -> PassShape:
+    """One attention data-parallel group's share of a pass: every batch quantity / dp (the batch's
+    sequences spread evenly over the dp groups; a fraction of a sequence is a mean over groups)."""
+    def part(v):
+        return None if v is None else np.asarray(v, dtype=float) / dp
+    return PassShape(tokens=part(shape.tokens), pairs=part(shape.pairs), kv_hbm_tokens=part(shape.kv_hbm_tokens),
+                     kv_l2_tokens=part(shape.kv_l2_tokens), lm_tokens=part(shape.lm_tokens),
+                     attn_kernels=shape.attn_kernels, kv_write_tokens=part(shape.kv_write_tokens),
+                     seqs=part(shape.seqs), extra_ops=shape.extra_ops)
+
+
+def moe_alltoall_ops(ex: Exec, t) -> list[Op]:
+    """Expert parallel with attention data parallel (dp > 1): each MoE layer sends every token to the
+    devices of its k experts (dispatch) and brings the k results back (combine), an all-to-all over
+    the stage's ep devices each way (:func:`costmodel.engine.parallel.alltoall_time_s`). A device
+    sends the t/tp tokens of its share: dispatch in fp8 with a 4-byte scale per 128 values when the
+    matrix units run fp8/fp4 (DeepEP's FP8 dispatch), else in the activation dtype; combine in the
+    activation dtype. None without dp > 1: with TP attention every device holds every token and the
+    layer's all-reduce combines the experts' outputs."""
+    m = ex.model
+    if ex.dp <= 1 or not m.n_moe_layers:
+        return []
+    from costmodel.engine.parallel import alltoall_time_s, tp_link
+    link = tp_link(ex.hw, ex.stage_devices, ex.pp)
+    sent = np.asarray(t, dtype=float) / ex.tp
+    k, d = m.experts_per_token, m.d_model
+    disp = 1.0 + 4.0 / 128.0 if ex.compute_dtype in ("fp8", "fp4") else ex.act_bytes
+    return [Op("moe_dispatch", "comm", m.n_moe_layers, hbm_bytes=0.0,
+               comm_s=alltoall_time_s(sent, k, ex.ep, d, disp, link)),
+            Op("moe_combine", "comm", m.n_moe_layers, hbm_bytes=0.0,
+               comm_s=alltoall_time_s(sent, k, ex.ep, d, ex.act_bytes, link))]
+
+
 def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
-    """Operators of one pass on one device (decoder layers, embedding, LM head)."""
+    """Operators of one pass on one device (decoder layers, embedding, LM head). With attention data
+    parallelism (dp > 1) the device runs its group's share of the batch (:func:`local_shape`) except
+    in the routed experts, which see the stage's tokens (:func:`_routed_experts_op`)."""
     m, tp, act = ex.model, ex.tp, ex.act_bytes
+    t_stage = np.asarray(shape.tokens, dtype=float)
+    if ex.dp > 1:
+        shape = local_shape(shape, ex.dp)
     t = np.asarray(shape.tokens, dtype=float)
     L = m.n_layers
     d = m.d_model
@@ -334,12 +457,15 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     ops = [AffineOp("norm_rope_residual", "vector", L, t, f1=12.0 * d, h0=0.0, h1=6.0 * d * act), qkv]
     ops.extend(_attention_ops(shape, ex, t))
     ops.append(gemm("o_proj", m.o_dim / tp * d, t, m.o_dim / tp, d, ex))
-    ops.extend(_ffn_ops(ex, t))
+    ops.extend(_ffn_ops(ex, t, t_stage))
     if np.all(np.greater(tp, 1)):       # (an array of device counts is all 1 or all > 1)
         from costmodel.engine.parallel import allreduce_time_s, tp_link
         msg = t * d * act
-        ops.append(Op("allreduce", "comm", 2 * L, hbm_bytes=0.0,
+        # with attention data parallelism the MoE layers combine by all-to-all, not by all-reduce
+        n_ar = 2 * L if ex.dp <= 1 else L + m.n_dense_layers
+        ops.append(Op("allreduce", "comm", n_ar, hbm_bytes=0.0,
                       comm_s=allreduce_time_s(msg, tp, tp_link(ex.hw, tp, ex.pp), ex.allreduce_algorithm)))
+    ops.extend(moe_alltoall_ops(ex, t))
     lm_t = t if shape.lm_tokens is None else np.asarray(shape.lm_tokens, dtype=float)
     if ex.pp > 1:
         from costmodel.engine.parallel import pipeline_handoff_s

@@ -40,6 +40,15 @@ through the stages together: T_step = pp·T_stage(B) + H = (the full model's pas
 the best schedule (m ≤ B, and a memory-bound T_stage(B/m) ≈ T_stage(B)); micro-batching only pays
 when stages are compute-bound, which costmodel does not yet price (see docs/parallelism.md).
 
+**Expert parallel** (``expert_parallel`` = ep > 1, every device of a stage): the routed experts
+are split over the ep devices (E/ep whole experts each). Attention follows ``tensor_parallel``:
+tp = ep is vLLM's ``--tensor-parallel-size N --enable-expert-parallel`` (attention split by heads,
+every device holds every token, the experts' outputs summed by the layer's all-reduce: no
+all-to-all); tp < ep is SGLang's DP attention (``--enable-dp-attention --dp N``, and vLLM's
+``--data-parallel-size``): dp = ep/tp attention groups each run 1/dp of the batch with their own
+KV, and every MoE layer moves tokens to their experts and back by two all-to-alls
+(:func:`alltoall_time_s`, over the scale-up fabric when the stage sits in one node).
+
 **Draft placement** (:func:`draft_link`): ``separate_node`` talks over the network;
 ``separate_device`` over the scale-up fabric when the target leaves a free device in its node,
 otherwise the draft's device is on another node and the network is used.
@@ -73,6 +82,26 @@ def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring")
     if algorithm != "ring":
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
     return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.bandwidth_bytes_per_s
+
+
+def alltoall_time_s(tokens, k: int, ep: int, d_model: int, elem_bytes: float, link: Link):
+    """One MoE all-to-all (dispatch or combine) over ``ep`` devices, for the ``tokens`` one device sends.
+
+    Each token goes to the devices of its k routed experts; with routing uniform over experts a
+    fraction (ep − 1)/ep of the k copies leave the device, so it sends (and, symmetrically, receives)
+
+        S = tokens · k · (ep − 1)/ep · d_model · elem_bytes,     t = α + S/β
+
+    one latency: every peer is sent to at once (DeepEP's and NCCL's all-to-all post all sends
+    together). 0 for ep = 1. Cross-check, DeepEP README (deepseek-ai/DeepEP, low-latency kernels,
+    H800 + CX7 400 Gb/s RDMA, 128 tokens per rank, hidden 7168, top-8, FP8 dispatch): EP8 dispatch
+    77 µs — 128 · 8 · 7168 · 1 B = 7.3 MB in 77 µs = 95 GB/s, their quoted 98 GB/s; the normal
+    intranode kernels reach 153 GB/s of the H800's ~160 GB/s NVLink."""
+    t = np.asarray(tokens, dtype=float)
+    if ep <= 1:
+        return np.zeros_like(t)
+    s = t * k * (ep - 1) / ep * d_model * elem_bytes
+    return link.latency_s + s / link.bandwidth_bytes_per_s
 
 
 def transfer_time_s(message_bytes, link: Link):

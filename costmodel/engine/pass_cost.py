@@ -197,7 +197,7 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
         if record:
             f = np.asarray(op.flops, dtype=float)
             h = np.asarray(op.hbm_bytes, dtype=float)
-            rows[j] = (op.name, f * cnt * ex.tp, h * cnt * ex.tp, tc,
+            rows[j] = (op.name, f * cnt * ex.stage_devices, h * cnt * ex.stage_devices, tc,
                        OP_BOUND_NAMES[idx if np.shape(idx) == np.shape(t) else np.broadcast_to(idx, np.shape(t))])
     kernels = kernel_count(shape, ex)
     gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
@@ -227,11 +227,12 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     by = {b: bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
     by["launch"] = bcast(launch, shp)
     by = {b: by[b] for b in BOUNDS}
-    return DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.tp, shp))
+    return DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.stage_devices, shp))
 
 
 def _work_totals(work, tp, shp):
-    """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times tp."""
+    """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times the
+    devices of a stage ``tp`` (Exec.stage_devices)."""
     flops = hbm = 0.0
     f_own = h_own = False
     for op in work:
@@ -297,7 +298,7 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
         flops = flops + f * cnt
         hbm = hbm + (h + 0.0) * cnt
         if record:
-            rows[j] = (op.name, np.float64(f * cnt * ex.tp), np.float64(h * cnt * ex.tp), np.float64(tc),
+            rows[j] = (op.name, np.float64(f * cnt * ex.stage_devices), np.float64(h * cnt * ex.stage_devices), np.float64(tc),
                          OP_BOUND_NAMES[i])
     kernels = kernel_count(shape, ex)
     if getattr(kernels, "ndim", 0):
@@ -312,6 +313,6 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
     time = device_s + wait
     by = {"compute": np.asarray(acc[0]), "memory": np.asarray(acc[1]), "l2": np.asarray(acc[2]),
           "interconnect": np.asarray(acc[3]), "launch": np.asarray(launch)}
-    return Cost(np.asarray(time), np.asarray(flops * ex.tp), np.asarray(hbm * ex.tp), by, rows)
+    return Cost(np.asarray(time), np.asarray(flops * ex.stage_devices), np.asarray(hbm * ex.stage_devices), by, rows)
 
 

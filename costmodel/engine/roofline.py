@@ -248,8 +248,8 @@ def reference_pass_cost(shape: PassShape, ex: Exec, ops=None) -> Cost:
             acc[b] = acc[b] + np.where(idx == i, t, 0.0) * op.count
         flops = flops + np.asarray(op.flops, dtype=float) * op.count
         hbm = hbm + (np.asarray(op.hbm_bytes, dtype=float) + 0.0) * op.count
-        rows[j] = (op.name, np.asarray(op.flops, float) * op.count * ex.tp,
-                   np.asarray(op.hbm_bytes, float) * op.count * ex.tp, t * op.count,
+        rows[j] = (op.name, np.asarray(op.flops, float) * op.count * ex.stage_devices,
+                   np.asarray(op.hbm_bytes, float) * op.count * ex.stage_devices, t * op.count,
                    np.asarray(names, dtype=object)[idx])
     kernels = kernel_count(shape, ex)
     gap = ex.hw.graph_kernel_launch_s if ex.rt.uses_cuda_graphs else ex.hw.kernel_launch_s
@@ -261,8 +261,8 @@ def reference_pass_cost(shape: PassShape, ex: Exec, ops=None) -> Cost:
     acc["launch"] = acc["launch"] + wait
     time = device_s + wait
     shp = np.shape(time)
-    return Cost(np.asarray(time, dtype=float), np.broadcast_to(flops * ex.tp, shp).astype(float),
-                np.broadcast_to(hbm * ex.tp, shp).astype(float),
+    return Cost(np.asarray(time, dtype=float), np.broadcast_to(flops * ex.stage_devices, shp).astype(float),
+                np.broadcast_to(hbm * ex.stage_devices, shp).astype(float),
                 {b: np.broadcast_to(np.asarray(v, dtype=float), shp) for b, v in acc.items()}, rows)
 
 

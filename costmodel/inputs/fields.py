@@ -15,20 +15,24 @@ Rules that tie several fields together (α and τ agreeing, tree shapes, devices
 
 Kinds: ``text`` (an id, a path or a keyword), ``choice`` (one of ``choices``, case-insensitive,
 ``-`` read as ``_``), ``int``, ``float``, ``floats`` (a list of numbers, comma-separated on the
-command line), ``ints`` (a list of integers).
+command line), ``ints`` (a list of integers), ``schedule`` (a γ schedule,
+:mod:`costmodel.inputs.schedule`; kept as its canonical text).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.inputs.schedule import ALLOWED as SCHEDULE_ALLOWED
+
 #: marks a field without a default
 REQUIRED = object()
 
 STRATEGIES = ("autoregressive", "speculative", "tree", "shared_prefix")
-DRAFT_KINDS = ("none", "medusa", "eagle", "eagle3", "suffix", "self")
-#: draft kinds that are heads on the target's hidden states (they run on the target's devices and TP)
-HEAD_DRAFTS = ("medusa", "eagle", "eagle3")
+DRAFT_KINDS = ("none", "medusa", "eagle", "eagle3", "suffix", "self", "mtp")
+#: draft kinds that are heads on the target's hidden states (they run on the target's devices and TP;
+#: mtp: the target's own multi-token-prediction module)
+HEAD_DRAFTS = ("medusa", "eagle", "eagle3", "mtp")
 #: draft kinds without weights of their own to place or shard
 WEIGHTLESS_DRAFTS = ("none", "suffix", "medusa", "self")
 #: EAGLE-3's reduced draft vocabulary in its released heads (SafeAILab/EAGLE eagle/traineagle3/config.json
@@ -143,13 +147,19 @@ FIELDS: tuple[FieldSpec, ...] = (
     _f("gen_len", "int", 128, "tokens",
        "tokens generated per sequence (decode figures are taken at prompt_len + gen_len/2)",
        minimum=1, maximum=1 << 24),
-    _f("n_devices", "int", 1, "devices", "devices used: tensor_parallel × pipeline_parallel",
+    _f("n_devices", "int", 1, "devices", "devices used: tensor_parallel × pipeline_parallel (× attention "
+       "data-parallel groups with expert_parallel)",
        minimum=1, maximum=4096),
     _f("tensor_parallel", "int", None, "devices",
        "tensor-parallel degree: weights, heads and KV split; two all-reduces per layer",
        minimum=1, default_text="n_devices / pipeline_parallel"),
     _f("pipeline_parallel", "int", 1, "stages", "pipeline stages: the layers split in consecutive groups",
        minimum=1),
+    _f("expert_parallel", "int", 1, "devices",
+       "expert-parallel degree (MoE): the routed experts split over every device of a stage "
+       "(n_devices / pipeline_parallel); attention tensor-parallel over tensor_parallel devices and "
+       "data-parallel over the rest, tokens reaching their experts by all-to-all (dispatch, combine)",
+       minimum=1, maximum=4096),
     _f("weight_dtype", "choice", "fp16", "", "weight format (int8/int4 stored as the runtime stores them)",
        choices=DTYPE_CHOICES),
     _f("kv_dtype", "choice", None, "", "KV-cache element format", choices=KV_DTYPE_CHOICES,
@@ -177,6 +187,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     _f("draft_schedule", "choice", "serial", "",
        "draft and target passes in turn, or overlapped (draft on its own device)", choices=SCHEDULES),
     _f("gamma", "int", 4, "tokens", "γ: draft tokens per speculation step (chain)", minimum=1, maximum=64),
+    _f("gamma_schedule", "schedule", None, "",
+       "γ by running sequences, e.g. 1-64:3,65-128:1,129-:0 (0 = plain decoding; a tree runs whole for "
+       "γ > 0): evaluate takes the γ for batch_size, serve the γ for the sequences of each step",
+       allowed_text=SCHEDULE_ALLOWED),
     _f("acceptance_rate", "float", None, "", "α: probability that a draft token is accepted",
        minimum=0.0, maximum=1.0, maximum_exclusive=True,
        allowed_text="0 <= α < 1 (α = 1 would mean the draft is never wrong; give "
@@ -190,6 +204,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     _f("batch_sync", "choice", "ragged", "",
        "ragged: each sequence keeps its own accepted tokens; lockstep: the batch advances by its minimum",
        choices=SYNC),
+    _f("medusa_heads", "int", None, "heads",
+       "Medusa heads on the target (draft_model=medusa): all run every step, and a tree is at most this deep",
+       minimum=1, maximum=64, default_text="5 (the Medusa-1 Vicuna checkpoints)"),
     _f("tree_width", "int", None, "children", "children per node of a full tree (with tree_depth)",
        minimum=1, maximum=64),
     _f("tree_depth", "int", None, "levels", "levels of a full tree, or the depth bound of an optimal tree",

@@ -200,6 +200,17 @@ class Model:
         ffn = self.moe_ffn_params if self.n_moe_layers else self.dense_ffn_params
         return self.attn_params_per_layer + self.norm_params_per_layer + ffn + 2 * self.d_model ** 2 + 2 * self.d_model
 
+    def mtp_module(self) -> "Model":
+        """The MTP module as a one-layer model to price a draft pass (DeepSeek-V3 §2.2): one decoder
+        layer of the last layer's kind (MoE when the model has MoE layers), the shared embedding and
+        LM head; its 2d×d projection of [embedding; hidden] is priced beside it
+        (:func:`costmodel.engine.ops.mtp_projection_op`)."""
+        import dataclasses
+        return dataclasses.replace(self, id=f"{self.id}-mtp", name=f"{self.name} MTP module", n_layers=1,
+                                   first_dense_layers=0, global_layer_every=0, mtp_layers=0,
+                                   attention_window=None if self.n_global_layers else self.attention_window,
+                                   published_params=None, published_active_params=None)
+
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
         """KV of one token over all layers (a context within every window):
         2·layers·kv_heads·head_dim·bytes, MLA layers·(kv_lora + rope)·bytes."""

@@ -20,7 +20,8 @@ from costmodel.inputs.fields import (BY_NAME, DRAFT_KINDS, DTYPE_CHOICES, KV_DTY
                                      MAX_RANKS, META_FIELDS, PLACEMENTS, REQUIRED_FIELDS, SCHEDULES, STRATEGIES,
                                      SYNC, TREE_SHAPES)
 
-_TYPES = {"text": "str", "choice": "str", "int": "int", "float": "float", "floats": "tuple", "ints": "tuple"}
+_TYPES = {"text": "str", "choice": "str", "int": "int", "float": "float", "floats": "tuple", "ints": "tuple",
+          "schedule": "str"}
 
 
 def _replace(self, **kw) -> "Record":
@@ -114,6 +115,9 @@ def convert(name: str, v, src: str = "record"):
         return _as_rank_list(name, v, src) if name == "rank_acceptance" else _as_probability_list(name, v, src)
     if kind == "ints":
         return _as_int_list(name, v, src)
+    if kind == "schedule":
+        from costmodel.inputs.schedule import canonical
+        return canonical(v, src)
     return _as_text(name, v, src)
 
 

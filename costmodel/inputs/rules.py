@@ -4,11 +4,14 @@ Single fields (type, choices, range) are described in :mod:`costmodel.inputs.fie
 holds what involves several fields:
 
 * devices: ``tensor_parallel × pipeline_parallel = n_devices`` and ``pipeline_parallel | n_devices``;
+  with ``expert_parallel`` > 1 it is every device of a stage (``expert_parallel = n_devices /
+  pipeline_parallel``) and ``tensor_parallel`` divides it (the rest: attention data-parallel groups);
 * ``shared_prefix_len <= prompt_len``;
 * acceptance: speculative and tree strategies need α, τ (or rank acceptances) and a draft; a chain's
   τ lies in [1, γ + 1], a tree's in [1, depth + 1]; α and τ given together must agree within
   :data:`TAU_TOLERANCE` (5 %) of τ, where α implies τ = (1 − α^(γ+1)) / (1 − α) for a chain and
   τ = 1 + Σ_nodes Π_path p_rank for a tree;
+* ``gamma_schedule``: only with speculation; α_1..α_γ cover its largest γ;
 * tree shape: one of ``tree_width`` + ``tree_depth`` (full tree), ``tree_nodes`` [+ ``tree_depth`` as a
   bound] (optimal tree) or ``tree_parents`` (explicit), consistent with ``tree_shape``.
 
@@ -89,10 +92,27 @@ NUMERIC_RULES = (
 )
 
 
+def context_exceeds_max(context_tokens, max_context):
+    """prompt_len + gen_len > the model's max_context (the longest context it supports)."""
+    return context_tokens > max_context
+
+
+def model_max_context(rec):
+    """The record's model's max_context (None when the model declares none)."""
+    from costmodel.inputs.model import load_model
+    return load_model(rec.model).max_context
+
+
 def grid_rule_violations(rec, arrays: dict):
-    """(rule, True where a grid row breaks it) for each numeric rule that reads a varying field:
-    ``rec`` supplies the fixed fields, ``arrays`` the varying ones (numpy arrays that broadcast
-    together; ``rec`` itself was checked by ``parse_record``)."""
+    """(rule, True where a grid row breaks it) for each numeric rule that reads a varying field, and
+    the model's max_context for every row (prompt_len + gen_len, varying or not): ``rec`` supplies
+    the fixed fields, ``arrays`` the varying ones (numpy arrays that broadcast together; ``rec``
+    itself was checked by ``parse_record``)."""
+    limit = model_max_context(rec)
+    if limit is not None:
+        ctx = (np.asarray(arrays.get("prompt_len", rec.prompt_len), dtype=float)
+               + np.asarray(arrays.get("gen_len", rec.gen_len), dtype=float))
+        yield context_exceeds_max, context_exceeds_max(ctx, limit)
     for names, strategies, broken in NUMERIC_RULES:
         if strategies is not None and rec.strategy not in strategies:
             continue
@@ -119,7 +139,10 @@ def check(r, src: str) -> None:
     """Raise InputError (naming the field and what is allowed) for the first broken rule of record ``r``."""
     a, tau = r.acceptance_rate, r.mean_accepted_tokens
     tp, pp = r.tensor_parallel, r.pipeline_parallel
-    if tp is not None and devices_disagree(tp, pp, r.n_devices):
+    ep = r.expert_parallel or 1
+    if ep > 1:
+        check_expert_parallel(r, src)
+    elif tp is not None and devices_disagree(tp, pp, r.n_devices):
         raise InputError(f"tensor_parallel {tp} × pipeline_parallel {pp} = {tp * pp} devices, but n_devices is "
                          f"{r.n_devices}", source=src, field="tensor_parallel",
                          allowed=f"n_devices = tensor_parallel × pipeline_parallel (e.g. n_devices={tp * pp})")
@@ -150,6 +173,9 @@ def check(r, src: str) -> None:
             raise InputError(f"acceptance_rate {a} implies τ = {implied:.3f} at gamma {r.gamma}, but "
                              f"mean_accepted_tokens is {tau}", source=src, field="mean_accepted_tokens",
                              allowed="give one of α and τ, or two that agree within 5%")
+        if r.draft_model == "mtp" and r.draft_placement != "same_device":
+            raise InputError("the MTP module is part of the target and runs on its devices", source=src,
+                             field="draft_placement", allowed="same_device for draft_model=mtp")
         if r.draft_model == "medusa":
             raise InputError(f"draft_model '{r.draft_model}' proposes a tree", source=src, field="draft_model",
                              allowed="use strategy=tree for medusa, or a draft model / eagle / eagle3 / none / "
@@ -159,8 +185,49 @@ def check(r, src: str) -> None:
         raise InputError("acceptance_by_position describes a chain", source=src, field="acceptance_by_position",
                          allowed="strategy=speculative (a tree takes rank_acceptance)")
     check_draft_fields(r, src)
+    check_schedule(r, src)
     if r.strategy == "tree":
+        if r.draft_model == "mtp":
+            raise InputError("draft_model 'mtp' drafts a chain (one token per MTP pass)", source=src,
+                             field="draft_model", allowed="strategy=speculative for mtp; eagle, medusa, a draft "
+                             "model, none or self for a tree")
         check_tree(r, src)
+
+
+def check_schedule(r, src: str) -> None:
+    """A gamma_schedule belongs to speculation (chains or trees); a chain's α_1..α_γ must cover the
+    largest γ it names."""
+    if r.gamma_schedule is None:
+        return
+    if r.strategy not in ("speculative", "tree"):
+        raise InputError(f"gamma_schedule needs speculation, but strategy is '{r.strategy}'", source=src,
+                         field="gamma_schedule", allowed="strategy=speculative or tree")
+    from costmodel.inputs.schedule import max_gamma
+    top = max_gamma(r.gamma_schedule)
+    pos = r.acceptance_by_position
+    if r.strategy == "speculative" and pos is not None and len(pos) < top:
+        raise InputError(f"gamma_schedule reaches γ = {top} but acceptance_by_position gives {len(pos)} "
+                         "position(s)", source=src, field="acceptance_by_position",
+                         allowed=f"at least {top} probabilities α_1..α_γ")
+
+
+def check_expert_parallel(r, src: str) -> None:
+    """expert_parallel = n_devices / pipeline_parallel (every device of a stage holds experts) and
+    tensor_parallel divides it (attention: tp-way tensor parallel × ep/tp data-parallel groups)."""
+    ep, pp = r.expert_parallel, r.pipeline_parallel
+    if stages_do_not_divide(r.n_devices, pp):
+        raise InputError(f"pipeline_parallel ({pp}) must divide n_devices ({r.n_devices})",
+                         source=src, field="pipeline_parallel", value=pp)
+    stage = r.n_devices // pp
+    if ep != stage:
+        raise InputError(f"expert_parallel {ep} must span a pipeline stage's n_devices / pipeline_parallel = "
+                         f"{stage} devices", source=src, field="expert_parallel",
+                         allowed=f"1 or {stage} (or n_devices = {ep * pp} for expert_parallel {ep})")
+    tp = r.tensor_parallel
+    if tp is not None and ep % tp:
+        raise InputError(f"tensor_parallel {tp} must divide expert_parallel {ep} (attention runs as "
+                         f"{ep} / tensor_parallel data-parallel groups)", source=src, field="tensor_parallel",
+                         allowed=", ".join(str(d) for d in range(1, ep + 1) if ep % d == 0))
 
 
 def check_positions(r, src: str) -> None:
@@ -208,6 +275,17 @@ def _full_tree_nodes(width: int, depth: int, cap: int) -> int:
         if n > cap:
             break
     return n
+
+
+#: Medusa heads when a record does not say: the released Medusa-1 Vicuna-7B/13B/33B checkpoints
+#: (FasterDecoding/medusa-vicuna-*-v1.3, config medusa_num_heads = 5); their default tree
+#: mc_sim_7b_63 uses 4 of them
+DEFAULT_MEDUSA_HEADS = 5
+
+
+def medusa_heads(r) -> int:
+    """The record's ``medusa_heads``, else :data:`DEFAULT_MEDUSA_HEADS`."""
+    return DEFAULT_MEDUSA_HEADS if r.medusa_heads is None else int(r.medusa_heads)
 
 
 def check_tree(r, src: str) -> None:
@@ -274,7 +352,8 @@ def _check_tree_shape(r, src: str) -> None:
 
 def _tree_and_depth(r, src: str) -> tuple:
     """(the explicit tree or None, the tree's depth): tree_parents validated, a full tree's node count
-    bounded, an optimal tree's depth at most its node budget."""
+    bounded, an optimal tree's depth at most its node budget; with Medusa heads, at most one level per
+    head (a fixed tree deeper than that is refused)."""
     from costmodel.engine.tree import MAX_TREE_NODES, validate_parents
 
     w, d, n, parents = r.tree_width, r.tree_depth, r.tree_nodes, r.tree_parents
@@ -293,4 +372,13 @@ def _tree_and_depth(r, src: str) -> tuple:
         depth = d
     else:
         depth = n if d is None else min(n, d)
+    if r.draft_model == "medusa" and (parents is not None or w is not None):
+        heads = medusa_heads(r)
+        if depth > heads:
+            raise InputError(f"a tree of depth {depth} needs {depth} Medusa heads, but the target has {heads}",
+                             source=src, field="tree_parents" if parents is not None else "tree_depth",
+                             allowed=f"a tree at most medusa_heads = {heads} levels deep (or more medusa_heads)")
+        depth = min(depth, heads)
+    elif r.draft_model == "medusa":
+        depth = min(depth, medusa_heads(r))
     return tree, depth

@@ -31,6 +31,15 @@ class Runtime:
     compute_efficiency: float
     memory_overhead_bytes: float
     prefill_chunk_tokens: float | None = None   # chunked prefill: tokens per prefill pass (None = one pass)
+    #: the stack prefills one prompt at a time (B passes of P tokens) instead of the batch's B·P
+    #: tokens in one pass; a pass then holds one sequence's activations
+    prefill_per_sequence: bool = False
+    #: how its attention kernels read a grouped-query (GQA) KV head shared by n_heads/n_kv_heads query
+    #: heads (``GQA_ATTENTION``): ``grouped`` reads it once (FlashAttention, XQA, paged attention);
+    #: ``per_query_head`` once per query head (masked MHA kernels before XQA: the re-reads hit L2 as far
+    #: as it holds them); ``repeat_kv`` copies K/V to one head per query head before attending (HF
+    #: transformers' repeat_kv: the copies are written, then read back)
+    gqa_attention: str = "grouped"
     #: vector FLOPs per weight its weight-only int4 / int8 GEMM kernels spend dequantising (ops.gemm)
     dequant_flops_per_weight_int4: float = 0.0
     dequant_flops_per_weight_int8: float = 0.0
@@ -112,7 +121,9 @@ MAX_VALUE = {"kernels_per_layer": 1e4, "kernels_per_pass": 1e5, "host_per_kernel
 OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "sm_bandwidth_bytes_per_s",
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
-            "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs")
+            "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
+            "prefill_per_sequence", "gqa_attention")
+GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL + ("default_version", "versions")
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
@@ -151,7 +162,8 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
         # from 2-bit quants up to an fp32 head
         _optional(f, f"lm_head_bytes_per_weight_{dt}", vals, sources,
                   lambda s: s.num("value", min_value=0.125, max_value=4))
-    for k in ("quantize_embedding", "quantize_lm_head"):
+    _optional(f, "gqa_attention", vals, sources, _gqa_attention)
+    for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence"):
         _optional(f, k, vals, sources, lambda s: s.flag("value"))
     _optional(f, "prefill_chunk_tokens", vals, sources,
               lambda s: s.num("value", min_value=1, max_value=1 << 24, allow_null=True, required=False))
@@ -168,6 +180,15 @@ def _optional(f: Fields, key: str, vals: dict, sources: list, read) -> None:
     if s is not None:
         vals[key] = read(s)
         sources.append((key, s.text("source")))
+
+
+def _gqa_attention(s: Fields) -> str:
+    """``value``: one of ``GQA_ATTENTION``."""
+    v = s.data.get("value")
+    if v not in GQA_ATTENTION:
+        raise InputError(f"unknown GQA attention kernel {v!r}", source=s.source, field=f"{s.prefix}.value",
+                         allowed=", ".join(GQA_ATTENTION))
+    return v
 
 
 def _version_key(text: str, source: str, field: str) -> tuple:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from costmodel.engine.acceptance import alpha_from_tau
 from costmodel.errors import InputError, suggest
 from costmodel.inputs.record import FIELD_NAMES, parse_record
 from costmodel.serving.workload import WORKLOAD_FIELDS, Workload, generate, parse_workload
@@ -26,8 +25,6 @@ def split_fields(record, workload: dict | None = None):
     for k in _SHARED:
         if data.get(k) is not None:
             wdata[k] = data[k]
-    if "gamma_schedule" in data:
-        wdata["gamma_schedule"] = data.pop("gamma_schedule")
     w = parse_workload(wdata)
     data.setdefault("batch_size", 1)
     for k, dist in (("prompt_len", w.prompt_len_dist), ("gen_len", w.gen_len_dist)):
@@ -36,8 +33,6 @@ def split_fields(record, workload: dict | None = None):
                                       else (dist[1] + dist[2]) / 2 if dist else 512 if k == "prompt_len" else 128)))
     rec = parse_record(data)
     w = engine_defaults(rec, w, given=set(wdata))
-    if w.gamma_schedule and rec.strategy not in ("speculative", "tree"):
-        raise InputError("gamma_schedule needs strategy=speculative or tree", field="gamma_schedule")
     if w.shared_prompt_len and w.max_num_batched_tokens < 1:
         raise InputError("max_num_batched_tokens must be positive", field="max_num_batched_tokens")
     return rec, w
@@ -61,21 +56,12 @@ def engine_defaults(rec, w: Workload, given) -> Workload:
     return w.replace(**new) if new else w
 
 
-def _alpha(rec):
-    if rec.strategy not in ("speculative", "tree"):
-        return None
-    if rec.acceptance_rate is not None:
-        return float(rec.acceptance_rate)
-    if rec.mean_accepted_tokens is not None:
-        return float(alpha_from_tau(rec.mean_accepted_tokens, rec.gamma))
-    return None
-
-
 def simulate(rec, w: Workload, costs=None):
     """Run one simulation; (result dict, Simulation)."""
     from costmodel.serving.metrics import summarise
     from costmodel.serving.simulator import Simulation
-    reqs = generate(w, rec.prompt_len, rec.gen_len, _alpha(rec))
+    from costmodel.serving.stepcost import request_alpha
+    reqs = generate(w, rec.prompt_len, rec.gen_len, request_alpha(rec))
     if len(reqs.send_s) == 0:
         raise InputError("the workload sends no request (duration_s × request_rate < 1?)", field="duration_s")
     sim = Simulation(rec, w, reqs, costs)

@@ -30,7 +30,8 @@ from collections import deque
 
 import numpy as np
 
-from costmodel.serving.workload import gamma_for
+from costmodel.inputs.schedule import gamma_for
+from costmodel.serving.timeline import Timeline, TokenLatencies
 
 BULK_MAX = 2048
 SCALAR_MAX = 8          # decode-only stretches this short are stepped with scalars (numpy costs more)
@@ -63,6 +64,8 @@ class Instance:
         self.preemptions = 0
         self.msteps = w.num_scheduler_steps
         self.block_end = 0            # multi-step: the decoding step at which the scheduler runs next
+        self.timeline = Timeline()
+        self.itl = TokenLatencies()
 
     # ------------------------------------------------------------------ bookkeeping
     def n_in(self) -> int:
@@ -216,8 +219,8 @@ class Instance:
         fit), then the prefill chunks and admissions under the token budget, then either a decode-only
         block or one mixed (or prefill-only) step."""
         sim = self.sim
-        if sim.w.gamma_schedule:
-            g = gamma_for(sim.w.gamma_schedule, max(len(self.dec) + len(self.prefilling), 1))
+        if sim.schedule:
+            g = gamma_for(sim.schedule, max(len(self.dec) + len(self.prefilling), 1))
             if g != self.gamma:
                 self._rebase(g)
         gc = self.gc
@@ -335,6 +338,8 @@ class Instance:
         if costs.draft_table is not None:
             dt += draft_s
         self._account(dt, len(chunks) + (n_dec if decode_now else 0))
+        if decode_now and n_dec:
+            self.itl.step(dt, n_dec, self.tsum)
         self.clock += dt
         for rid, c, l0 in chunks:
             computed[rid] = l0 + c
@@ -378,6 +383,9 @@ class Instance:
         used = self.A + self.S * self.tsum - self.csum + self.prefix_blocks * self.bs + self.psum
         self.area_kv += dt * used
         self.area_system += dt * self.n_in()
+        if self.clock + dt > self.timeline.next:
+            self.timeline.step(self.clock, self.clock + dt, len(self.waiting), running, used,
+                               self.prefix_blocks * self.bs)
 
     def _valid_top(self):
         heap = self.heap
@@ -409,6 +417,7 @@ class Instance:
             + gc.extra_s(n, sl0 / n, sim.costs.L_list)
         if k == 1 or self.clock + dt >= t_limit:         # one step: scalar arithmetic
             self._account(dt, n)
+            self.itl.step(dt, n, self.tsum)
             self.clock += dt
             self.S += 1
             self._pop_done()
@@ -420,6 +429,7 @@ class Instance:
             tok, lm, p0, p1, k0, k1 = n * q_tok, int(round(n * gc.q_lm)), n * gc.p0, gc.p1, n * gc.k0, gc.k1
             for i in range(k):
                 self._account(dt, n)
+                self.itl.step(dt, n, self.tsum)
                 self.clock += dt
                 self.S += 1
                 if i == k - 1 or self.clock >= t_limit:
@@ -428,6 +438,12 @@ class Instance:
                 dt = table.time(tok, lm, p0 + p1 * sl0, k0 + k1 * sl0) + gc.extra_s(n, sl0 / n, L_list)
             self._pop_done()
             return
+        self._bulk_arrays(k, n, q_tok, t_limit)
+
+    def _bulk_arrays(self, k: int, n: int, q_tok: int, t_limit: float):
+        """``k`` decode-only steps of ``n`` sequences priced as arrays (step times from the pass table at
+        each step's KV length), stopping at ``t_limit``; the areas, ITL and timeline advance with them."""
+        sim, gc = self.sim, self.gc
         j = np.arange(k, dtype=float)
         sl = self.A + (self.S + j) * self.tsum
         t = sim.costs.table.times(np.full(k, n * q_tok), np.full(k, int(round(n * gc.q_lm))),
@@ -442,6 +458,10 @@ class Instance:
         self.area_running += dt * n
         used0 = self.prefix_blocks * self.bs - self.csum + self.psum
         self.area_kv += float(np.dot(t[:k], sl[:k])) + used0 * dt
+        self.itl.steps(t[:k], n, self.tsum)
+        if self.clock + dt > self.timeline.next:
+            self.timeline.steps(self.clock, cum[:k], len(self.waiting), n, sl[:k] + used0,
+                                self.prefix_blocks * self.bs)
         self.area_system += dt * self.n_in()
         self.clock += dt
         self.S += k

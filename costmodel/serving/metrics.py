@@ -3,6 +3,11 @@
 * ``ttft_s``: first token − sent; ``tpot_s``: (finish − first token) / (gen_len − 1) per request
   (requests of one token have none), the mean inter-token latency as ``vllm bench serve`` reports it;
   ``e2e_s``: finish − sent. Each as mean, p50, p90, p99 over the completed requests.
+* ``itl_s``: inter-token latency over tokens (every token generated in a decoding step, weighted
+  by tokens, :mod:`costmodel.serving.timeline`): mean, p50, p90, p99. TPOT is each request's mean; ITL's
+  tail holds the decode steps stretched by prompt chunks.
+* ``timeline``: queue length, sequences in the batch and KV utilisation sampled every
+  ``interval_s`` (at most 400 samples, :class:`costmodel.serving.timeline.Timeline`), all instances summed.
 * ``throughput_tokens_per_s``: tokens generated in the window ÷ the window (the window ends at
   ``duration_s``, or when the last request completes); per device: ÷ all devices of the deployment.
   ``tokens_per_s_per_user``: 1 / mean TPOT.
@@ -23,6 +28,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from costmodel.serving.timeline import merge_timelines, token_stats
 
 
 def _stats(x) -> dict:
@@ -69,7 +76,7 @@ def summarise(sim, t_window: float) -> dict:
         "preemptions": int(sum(i.preemptions for i in sim.instances)),
         "ttft_s": _stats(ttft),
         "tpot_s": _stats(tpot),
-        "itl_s": _stats(tpot),
+        "itl_s": token_stats([i.itl for i in sim.instances]),
         "e2e_s": _stats(e2e),
         "duration_s": T,
         "request_throughput_per_s": float(done.sum()) / T,
@@ -87,6 +94,7 @@ def summarise(sim, t_window: float) -> dict:
                         "rel_error": (conc - little) / little if little > 0 else 0.0},
         "n_devices_total": devices,
         "instances": len(sim.instances),
+        "timeline": merge_timelines([i.timeline for i in sim.instances], cap, T),
     }
     return out
 

@@ -1,6 +1,7 @@
 """Serving pictures (matplotlib, Agg), each written atomically (a temporary file, then renamed):
 
-* :func:`latency_vs_rate`: TTFT and TPOT p50 / p90 / p99 against request rate.
+* :func:`latency_vs_rate`: TTFT, TPOT and inter-token latency (over tokens) p50 / p90 / p99 against
+  request rate.
 * :func:`frontier_plot`: tokens/s per device against tokens/s per user, every point and the frontier.
 """
 
@@ -24,10 +25,11 @@ def _plt():
 def latency_vs_rate(results: list, path: str, title: str = ""):
     """``results``: serve() outputs at increasing ``request_rate``."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     rates = [r["request_rate"] for r in results]
-    for ax, key, label in ((axes[0], "ttft_s", "TTFT (s)"), (axes[1], "tpot_s", "TPOT (ms)")):
-        scale = 1e3 if key == "tpot_s" else 1.0
+    for ax, key, label in ((axes[0], "ttft_s", "TTFT (s)"), (axes[1], "tpot_s", "TPOT (ms)"),
+                           (axes[2], "itl_s", "inter-token latency (ms)")):
+        scale = 1e3 if key != "ttft_s" else 1.0
         for p, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
             ax.plot(rates, [(r[key][p] or float("nan")) * scale for r in results], style, marker="o", label=p)
         ax.set_xlabel("request rate (requests/s)")

@@ -20,9 +20,11 @@ import math
 import numpy as np
 
 from costmodel.engine.parallel import kv_transfer_s
+from costmodel.errors import InputError
 from costmodel.serving.instance import Instance
 from costmodel.serving.stepcost import StepCosts, separate_draft
-from costmodel.serving.workload import Requests, Workload, gamma_for
+from costmodel.inputs.schedule import gamma_for, ranges
+from costmodel.serving.workload import Requests, Workload
 
 
 class Simulation:
@@ -46,11 +48,14 @@ class Simulation:
         self.events = []
         self.max_batched = w.max_num_batched_tokens
         max_ctx = float(np.max(reqs.prompt_len + reqs.gen_len)) if n else 64.0
+        check_request_context(rec, max_ctx)
         self.costs = costs or StepCosts(rec, w.max_num_seqs, self.max_batched, max_ctx + 64,
                                                  w.num_scheduler_steps)
         self.kv_capacity_tokens = self.costs.kv_capacity_tokens(self.max_batched)
         self._tau_cache = {}
-        sched = w.gamma_schedule
+        #: the record's γ schedule as (lo, hi, γ) ranges, or () without one
+        self.schedule = ranges(rec.gamma_schedule) if rec.gamma_schedule else ()
+        sched = self.schedule
         g0 = gamma_for(sched, 1) if sched else (rec.gamma if rec.strategy == "speculative" else
                                                  (1 if rec.strategy == "tree" else 0))
         if w.disaggregated:
@@ -128,3 +133,15 @@ class Simulation:
                     send[nxt] = t          # the client sends its next request as this one completes
             self.events.clear()
         return t_end if math.isfinite(t_end) else last
+
+
+def check_request_context(rec, max_ctx: float) -> None:
+    """The longest request (prompt_len + gen_len tokens) must fit the model's max_context, as a
+    runtime refuses a longer one (vLLM: "This model's maximum context length is ..."); InputError."""
+    from costmodel.inputs.model import load_model
+    model = load_model(rec.model)
+    limit = model.max_context
+    if limit is not None and max_ctx > limit:
+        raise InputError(f"requests reach prompt_len + gen_len = {max_ctx:.0f} tokens, beyond "
+                         f"{model.id}'s max_context {limit}", field="prompt_len",
+                         allowed=f"prompt_len + gen_len <= max_context = {limit}")

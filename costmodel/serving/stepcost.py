@@ -16,7 +16,8 @@ time_per_output_token_s.
 Per decoding sequence the target pass takes the strategy's own verification shape
 (:func:`costmodel.engine.mixed.shape_coefficients` of ``decode_shape`` for γ+1 tokens or the tree's
 ``verify_shape``). Tokens per step of a request with acceptance α_i: Leviathan's chain formula at
-the γ in force; a tree keeps evaluate's τ (its shape is chosen for the record's α).
+the γ in force; a tree's τ under α_i's rank model (the tree itself is the one evaluate builds for
+the record's α); see :func:`request_alpha` for the records whose τ every request keeps.
 
 KV capacity of one instance (:func:`kv_capacity_tokens`): on the most loaded device,
 usable − weights (target, and a draft on the same device) − activations of the largest pass −
@@ -47,6 +48,7 @@ class GammaCosts:
     def __init__(self, sc: "StepCosts", gamma: int):
         rec = sc.rec
         self.gamma = gamma
+        rec = rec.replace(gamma_schedule=None)       # this table is for one γ
         if gamma == 0:
             r = rec.replace(strategy="autoregressive", draft_model=None)
         elif rec.strategy == "speculative":
@@ -55,10 +57,10 @@ class GammaCosts:
             r = rec
         self.rec = r
         ex = sc.ex
+        self.tree = None
         if r.strategy == "tree":
-            from costmodel.engine.strategies.tree import build_tree, verify_shape
-            ctx1 = make_ctx(r, ex, {"batch_size": 1.0, "prompt_len": 1.0, "gen_len": 0.0})
-            tr = build_tree(ctx1)
+            from costmodel.engine.strategies.tree import verify_shape
+            tr = self.tree = tree_of(r, ex)
 
             def shape_at(L):
                 ctx = make_ctx(r, ex, {"batch_size": 1.0, "prompt_len": L, "gen_len": 0.0})
@@ -86,12 +88,22 @@ class GammaCosts:
         self.tree_tau = float(tps[0]) if r.strategy == "tree" else None
 
     def tau(self, alpha):
-        """Tokens per step for acceptance ``alpha`` (array): 1 for plain decoding."""
+        """Tokens per step of each request, whose acceptance is ``alpha`` (array; NaN where the record
+        fixes τ for every request, :func:`request_alpha`): 1 for plain decoding; a chain: Leviathan's
+        τ(α_i, γ), or τ of α_1..α_γ by position; a tree: the tree's τ under α_i's rank model
+        (:func:`costmodel.engine.strategies.tree.tree_tokens_for_alphas`), else evaluate's τ."""
+        a = np.asarray(alpha, dtype=float)
         if self.gamma == 0 or self.rec.strategy == "autoregressive":
-            return np.ones_like(np.asarray(alpha, dtype=float))
-        if self.tree_tau is not None:
-            return np.full_like(np.asarray(alpha, dtype=float), self.tree_tau)
-        return acceptance.chain_tokens_per_step(np.asarray(alpha, dtype=float), self.gamma)
+            return np.ones_like(a)
+        if self.tree is not None:
+            if np.all(np.isnan(a)):
+                return np.full_like(a, self.tree_tau)
+            from costmodel.engine.strategies.tree import tree_tokens_for_alphas
+            return tree_tokens_for_alphas(self.tree, a)
+        pos = self.rec.acceptance_by_position
+        if pos is not None:
+            return np.full_like(a, float(acceptance.chain_tokens_by_position(pos, self.gamma)))
+        return acceptance.chain_tokens_per_step(a, self.gamma)
 
     def extra_s(self, n: int, Lmean: float, L_list) -> float:
         """E(n, L̄) by linear interpolation in L (clamped to the grid)."""
@@ -126,7 +138,12 @@ class StepCosts:
         q_max = 1 + max(rec.gamma or 0, rec.tree_nodes or 0, 64 if rec.strategy == "tree" else 0)
         self.table = PassTable(self.ex, max_tokens + max_num_seqs * q_max)
         self.draft_table = PassTable(self.draft_ex, max_tokens + 16) if self.draft_ex is not None else None
+        # the context grid reaches 5 % past the longest request, but never past the model's max_context
+        # (a grid point evaluates prompt L − 1 plus 2 generated tokens: L + 1 <= max_context)
+        limit = self.ex.model.max_context
         top = max(float(max_context) * 1.05, 64.0)
+        if limit is not None:
+            top = max(min(top, limit - 1.0), 2.0)
         self.L_grid = np.unique(np.concatenate([np.geomspace(2.0, top, L_GRID_POINTS), [top]]))
         self.L_list = self.L_grid.tolist()
         rt = self.ex.rt
@@ -156,10 +173,11 @@ class StepCosts:
         return g
 
     def kv_bytes_per_token(self) -> float:
-        """KV bytes per token on the most loaded device (target shard + a same-device draft)."""
-        b = memory.kv_bytes_per_token_device(self.ex)
+        """KV bytes per token on the most loaded device (target shard + a same-device draft); with
+        attention data parallelism (expert_parallel) each of the dp groups keeps 1/dp of the tokens."""
+        b = memory.kv_bytes_per_token_device(self.ex) / self.ex.dp
         if self.draft_ex is not None and not separate_draft(self.rec):
-            b += memory.kv_bytes_per_token_device(self.draft_ex)
+            b += memory.kv_bytes_per_token_device(self.draft_ex) / self.draft_ex.dp
         return float(b)
 
     def kv_capacity_tokens(self, max_tokens: int) -> int:
@@ -180,6 +198,39 @@ class StepCosts:
     def kv_bytes_total_per_token(self) -> float:
         """KV bytes of one token over the whole instance (what a disaggregated hand-off moves)."""
         return float(self.ex.model.kv_bytes_per_token(self.ex.kv_elem_bytes))
+
+
+def tree_of(rec: Record, ex) -> "object":
+    """The tree a tree record verifies (built as evaluate builds it)."""
+    from costmodel.engine.strategies.tree import build_tree
+    return build_tree(make_ctx(rec, ex, {"batch_size": 1.0, "prompt_len": 1.0, "gen_len": 0.0}))
+
+
+def request_alpha(rec: Record) -> float | None:
+    """The mean acceptance α that requests draw their own α_i around (Beta, ``acceptance_sd``), or
+    None where every request keeps the record's τ:
+
+    * a chain: ``acceptance_rate``, else the α with Leviathan's τ(α, gamma) = ``mean_accepted_tokens``;
+      None with ``acceptance_by_position`` (τ by position for every request);
+    * a tree: ``acceptance_rate``, else the α whose rank model gives the tree's
+      ``mean_accepted_tokens`` (:func:`costmodel.engine.strategies.tree.alpha_for_tree_tau`); None with
+      ``rank_acceptance`` (a measured rank profile: evaluate's τ for every request).
+    """
+    if rec.strategy == "speculative":
+        if rec.acceptance_by_position is not None and rec.acceptance_rate is None:
+            return None
+        if rec.acceptance_rate is not None:
+            return float(rec.acceptance_rate)
+        return float(acceptance.alpha_from_tau(rec.mean_accepted_tokens, rec.gamma))
+    if rec.strategy == "tree":
+        if rec.rank_acceptance is not None:
+            return None
+        if rec.acceptance_rate is not None:
+            return float(rec.acceptance_rate)
+        from costmodel.engine.strategies.tree import alpha_for_tree_tau
+        r = rec.replace(gamma_schedule=None, batch_sync="ragged")
+        return float(alpha_for_tree_tau(tree_of(r, build_exec(r)), rec.mean_accepted_tokens))
+    return None
 
 
 def separate_draft(rec: Record) -> bool:

@@ -14,9 +14,9 @@ Fields (all optional; a record's deployment fields go to :func:`costmodel.inputs
 * scheduler: ``max_num_seqs`` (256), ``max_num_batched_tokens`` (the runtime's prefill chunk, else
   8192), ``chunked_prefill`` (true), ``block_size`` (16 tokens), ``num_scheduler_steps`` (1; vLLM
   0.6's multi-step scheduling: once decoding, the scheduler runs N decode steps before it looks at
-  the queue again, so a new request waits for the block to end), ``gamma_schedule``
-  (``1-64:3,65-128:1,129-:0``: γ by running sequences, 0 = plain decoding), ``acceptance_sd``
+  the queue again, so a new request waits for the block to end), ``acceptance_sd``
   (spread of the per-request acceptance α_i ~ Beta with mean α; 0.05), ``seed`` (0).
+  A γ schedule by running sequences is the record's ``gamma_schedule`` (the deployment's).
 * deployment under load: ``replicas`` (1), ``prefill_instances`` / ``decode_instances``
   (disaggregated; both or neither), ``slo_ttft_s``, ``slo_tpot_s``, ``slo_percentile`` (99).
 """
@@ -26,11 +26,12 @@ from __future__ import annotations
 import csv
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from costmodel.errors import InputError, suggest
+from costmodel.inputs.schedule import gamma_for, parse_gamma_schedule  # noqa: F401  (re-exported)
 
 SRC = "workload"
 
@@ -53,7 +54,6 @@ class Workload:
     chunked_prefill: bool = True
     block_size: int = 16
     num_scheduler_steps: int = 1
-    gamma_schedule: tuple = field(default=())      # ((lo, hi, gamma), ...)
     acceptance_sd: float = 0.05
     seed: int = 0
     replicas: int = 1
@@ -113,38 +113,6 @@ def parse_dist(name, text):
     raise InputError(f"bad length distribution {text!r}", source=SRC, field=name, allowed=allowed)
 
 
-def parse_gamma_schedule(text) -> tuple:
-    """``1-64:3,65-128:1,129-:0`` -> ((1, 64, 3), (65, 128, 1), (129, inf, 0)): ranges of running
-    sequences (ascending, without gaps from 1) and the γ for each."""
-    if isinstance(text, (tuple, list)) and all(isinstance(t, tuple) for t in text):
-        return tuple(text)
-    allowed = "comma-separated LO-HI:GAMMA ranges from 1 upwards, the last may be open (129-:0)"
-    out, expect = [], 1
-    for part in str(text).replace(" ", "").split(","):
-        try:
-            rng, g = part.split(":")
-            lo, hi = rng.split("-")
-            lo, g = int(lo), int(g)
-            hi = math.inf if hi == "" else int(hi)
-        except ValueError:
-            raise InputError(f"bad range {part!r}", source=SRC, field="gamma_schedule", allowed=allowed) from None
-        if lo != expect or hi < lo or g < 0 or g > 64:
-            raise InputError(f"range {part!r} does not continue from {expect} (or γ outside 0..64)", source=SRC,
-                             field="gamma_schedule", allowed=allowed)
-        out.append((lo, hi, g))
-        expect = hi + 1
-    if not math.isinf(out[-1][1]):
-        out.append((expect, math.inf, out[-1][2]))
-    return tuple(out)
-
-
-def gamma_for(schedule: tuple, n_running: int) -> int:
-    for lo, hi, g in schedule:
-        if lo <= n_running <= hi:
-            return g
-    return schedule[-1][2]
-
-
 def _bool(name, v):
     if isinstance(v, bool):
         return v
@@ -193,8 +161,6 @@ def parse_workload(data: dict) -> Workload:
             out[k] = parse_dist(k, d[k])
     if "chunked_prefill" in d:
         out["chunked_prefill"] = _bool("chunked_prefill", d["chunked_prefill"])
-    if "gamma_schedule" in d:
-        out["gamma_schedule"] = parse_gamma_schedule(d["gamma_schedule"])
     w = Workload(**out)
     if w.num_requests is not None and w.duration_s is not None:
         raise InputError("give num_requests or duration_s, not both", source=SRC, field="duration_s")

@@ -17,8 +17,9 @@ def register(subparsers, common):
         description="Simulate a deployment under a request stream. Workload fields: request_rate, arrival, "
                     "arrival_cv, num_requests, duration_s, max_concurrency, prompt_len[_dist], gen_len[_dist], "
                     "shared_prompt_len, max_num_seqs, max_num_batched_tokens, chunked_prefill, block_size, num_scheduler_steps, "
-                    "gamma_schedule, acceptance_sd, seed, replicas, prefill_instances, decode_instances, "
-                    "slo_ttft_s, slo_tpot_s, slo_percentile.")
+                    "acceptance_sd, seed, replicas, prefill_instances, decode_instances, "
+                    "slo_ttft_s, slo_tpot_s, slo_percentile; the deployment is a record (costmodel eval --help), "
+                    "gamma_schedule included.")
     p.add_argument("fields", nargs="+", metavar="KEY=VALUE")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--max-rate", action="store_true", help="bisect the highest request_rate meeting the SLOs")
@@ -65,10 +66,13 @@ def run(args):
 
 
 def _flat(d, prefix=""):
+    """Nested keys as ``a.b`` for tables and CSV (lists, the sampled timeline, only in JSON)."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
+        elif isinstance(v, list):           # the timeline's series: JSON only
+            continue
         elif isinstance(v, float) and math.isinf(v):
             out[f"{prefix}{k}"] = "inf"
         else:

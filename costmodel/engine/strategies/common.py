@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from costmodel.engine.memory import Footprint
-from costmodel.engine.ops import Exec, PassShape
+from costmodel.engine.ops import Exec, PassShape, l2_hit_fraction  # noqa: F401  (re-exported)
 from costmodel.inputs.record import Record
 from costmodel.engine.roofline import Cost, overhead_cost
 from costmodel.engine.pass_cost import pass_cost
@@ -78,8 +78,10 @@ def prefill_shape(B, P) -> PassShape:
 
 def spec_method(draft_model: str | None) -> str:
     """The speculation method whose per-step host work a runtime prices: the draft kind (medusa, eagle,
-    none, self; an eagle3 head as eagle, suffix drafting as none), or ``model`` for a separate draft model."""
-    draft_model = {"eagle3": "eagle", "suffix": "none"}.get(draft_model, draft_model)
+    none, self; an eagle3 head as eagle, suffix drafting as none, and ``mtp`` as eagle: the runtimes
+    run DeepSeek's MTP module through their EAGLE path — SGLang's ``--speculative-algorithm EAGLE``,
+    vLLM's EAGLE proposer), or ``model`` for a separate draft model."""
+    draft_model = {"eagle3": "eagle", "suffix": "none", "mtp": "eagle"}.get(draft_model, draft_model)
     return draft_model if draft_model in ("medusa", "eagle", "none", "self") else "model"
 
 
@@ -110,22 +112,23 @@ def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None, seqs=1.0
 
 
 def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
-    """Prompt processing; with a runtime that chunks prefill (``prefill_chunk_tokens`` = C) the B·P
-    tokens run as n = ceil(B·P / C) passes of B·P/n tokens (weights re-read per chunk, same FLOPs)."""
+    """Prompt processing: the B·P tokens in one pass; with a runtime that prefills one prompt at a time
+    (``prefill_per_sequence``) B passes of P tokens (weights re-read per pass, same FLOPs); with a
+    runtime that chunks prefill (``prefill_chunk_tokens`` = C) each such pass of T tokens runs as
+    n = ceil(T / C) passes of T/n tokens. The runtime's step overhead is charged once."""
     B = ctx.B if B is None else B
     P = ctx.P if P is None else P
-    shape = prefill_shape(B, P)
+    per_seq = ctx.ex.rt.prefill_per_sequence
+    shape = prefill_shape(np.ones_like(np.asarray(B, dtype=float)) if per_seq else B, P)
+    repeats = np.asarray(B, dtype=float) if per_seq else None
     chunk = ctx.ex.rt.prefill_chunk_tokens
     if chunk is None:
-        return with_step_overhead(pass_cost(shape, ctx.ex), ctx.ex, seqs=B, prefill=True)
+        cost = pass_cost(shape, ctx.ex)
+        return with_step_overhead(cost if repeats is None else cost.scale(repeats), ctx.ex, seqs=B, prefill=True)
     n = np.ceil(shape.tokens / chunk)
     per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
                     lm_tokens=shape.lm_tokens / n, seqs=shape.seqs)
-    return with_step_overhead(pass_cost(per, ctx.ex).scale(n), ctx.ex, seqs=B, prefill=True)
+    return with_step_overhead(pass_cost(per, ctx.ex).scale(n if repeats is None else n * repeats), ctx.ex,
+                              seqs=B, prefill=True)
 
 
-def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
-    """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
-    the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
-    ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
-    return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))

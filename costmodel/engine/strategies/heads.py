@@ -18,7 +18,8 @@ The head's layer is a dense Llama layer: an MoE target's head has a dense FFN of
 
 Weights: params = attention + d·(q + 2·kv) + FFN + 3·d·d (fc) + V_d·d (LM head) + 4·d (three layer
 norms and the final norm). The head runs on the target's tensor-parallel group (its GEMMs split like
-the target's; the fc is replicated on every rank, as its input is the gathered feature).
+the target's; the fc is replicated on every rank, as its input is the gathered feature), whole on one
+pipeline stage.
 """
 
 from __future__ import annotations
@@ -72,11 +73,12 @@ def eagle3_ops(head_ex: Exec, tokens, fused_tokens) -> list:
 
 
 def head_exec(ex: Exec, kind: str, draft_vocab_size: int | None = None) -> Exec:
-    """The Exec of an EAGLE (``eagle``) or EAGLE-3 (``eagle3``) head on the target's devices."""
+    """The Exec of an EAGLE (``eagle``) or EAGLE-3 (``eagle3``) head on the target's devices: split over
+    the target's tp, whole on one pipeline stage (pp = 1: its one layer is not divided among stages)."""
+    from costmodel.engine.strategies.tree import eagle_exec
     if kind == "eagle3":
-        return dataclasses.replace(ex, model=eagle3_head(ex.model, draft_vocab_size))
-    from costmodel.engine.strategies.tree import eagle_head
-    return dataclasses.replace(ex, model=eagle_head(ex.model))
+        return dataclasses.replace(ex, model=eagle3_head(ex.model, draft_vocab_size), pp=1)
+    return eagle_exec(ex)
 
 
 def head_weights_bytes(ex: Exec, kind: str, draft_vocab_size: int | None = None) -> float:
@@ -88,3 +90,12 @@ def head_weights_bytes(ex: Exec, kind: str, draft_vocab_size: int | None = None)
     from costmodel.engine.strategies.tree import eagle_extra_params
     return eagle_extra_params(ex.model) * ex.w_bytes / ex.tp
 
+
+def head_weights_total_bytes(ex: Exec, kind: str, draft_vocab_size: int | None = None) -> float:
+    """A head's weights over the tp devices that hold it: EAGLE-3 (params − 3·d² + tp·3·d²)·w_bytes
+    (each rank keeps its own copy of the fc); EAGLE params·w_bytes (split, nothing replicated)."""
+    if kind == "eagle3":
+        fc = 3.0 * ex.model.d_model ** 2
+        return (eagle3_params(ex.model, draft_vocab_size) - fc + ex.tp * fc) * ex.w_bytes
+    from costmodel.engine.strategies.tree import eagle_extra_params
+    return eagle_extra_params(ex.model) * ex.w_bytes

@@ -54,7 +54,7 @@ def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
     stored = B * (Ps + n * U_peak)
     target = memory.target_breakdown(ex, stored, [memory.prefill_footprint(ex, B, ctx.P),
                                                   (shape.tokens, shape.lm_tokens, shape.pairs)])
-    unshared = memory.kv_bytes(ex, B * n * ctx.L_peak) * ex.tp * ex.pp
+    unshared = memory.kv_bytes(ex, B * n * ctx.L_peak) * ex.stage_devices * ex.pp
     ones = np.ones_like(step.time_s)
     prefill = prefill_cost(ctx)
     return Outcome(step=step, tokens_per_step=ones, n_seqs=B * n, prefill=prefill,

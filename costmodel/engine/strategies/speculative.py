@@ -12,7 +12,10 @@ Draft kinds: a model (own weights and KV, sharded over ``draft_tensor_parallel``
 all-reduces), ``self`` (the target with a KV budget: reads all weights but only ``draft_kv_budget``
 tokens of KV, MagicDec), ``eagle`` / ``eagle3`` (a one-layer head on the target's features, γ passes
 on the target's devices, as vLLM and SGLang run EAGLE chains; EAGLE-3's head:
-:mod:`costmodel.engine.strategies.heads`), ``none`` (n-gram / prompt lookup: no draft passes) and
+:mod:`costmodel.engine.strategies.heads`), ``none`` (n-gram / prompt lookup: no draft passes),
+``mtp`` (the target's multi-token-prediction module, DeepSeek-V3: each of the γ passes runs one decoder layer + the 2d×d projection + the shared LM
+head on the target's devices, its one layer of KV beside the target's; one module serves every
+position, as vLLM and SGLang reuse it for γ > num_nextn_predict_layers) and
 ``suffix`` (SuffixDecoding, Oliaro et al., arXiv:2411.04975: suffix-tree drafting on the CPU, no GPU
 draft passes; its draft length varies per step up to γ = γ_max, τ is the chain's at γ_max and the
 verification is priced at the γ_max + 1 tokens it may carry; the CPU lookup time is not priced — the
@@ -25,6 +28,7 @@ import numpy as np
 
 from costmodel.engine import acceptance
 from costmodel.engine import memory
+from costmodel.engine.ops import mtp_projection_op
 from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
 from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
@@ -67,7 +71,8 @@ def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
         first = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, t)), draft)
         rest = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, 0.0)), draft)
         return first + rest.scale(np.asarray(n_passes, dtype=float) - 1.0)
-    return pass_cost(decode_shape(B, q_per_pass, Ld), draft).scale(n_passes)
+    extra = [mtp_projection_op(draft, B * q_per_pass)] if ctx.rec.draft_model == "mtp" else None
+    return pass_cost(decode_shape(B, q_per_pass, Ld, extra), draft).scale(n_passes)
 
 
 def separate(ctx: Ctx) -> bool:
@@ -85,7 +90,7 @@ def link_transfer(ctx: Ctx, draft_tokens_per_seq, B=None) -> Cost:
         return Cost.zero()
     B = ctx.B if B is None else B
     ex = ctx.ex
-    link = draft_link(ex.hw, ex.tp * ex.pp, ctx.rec.draft_placement)
+    link = draft_link(ex.hw, ex.stage_devices * ex.pp, ctx.rec.draft_placement)
     k = np.asarray(draft_tokens_per_seq, dtype=float)
     out = transfer_time_s(B * k * 4.0, link)
     back_bytes = B * (k + 1.0) * 4.0
@@ -147,18 +152,26 @@ def combine(ctx: Ctx, draft_cost: Cost, verify: Cost, transfer: Cost, halves=Non
     return step
 
 
-def draft_memory(ctx: Ctx, draft, kv_tokens) -> dict:
-    """Draft weights and KV (:func:`costmodel.engine.memory.draft_breakdown`) of a draft model (its
-    own weights), ``self`` (the target's weights, its own KV) or ``none`` (draft = None: nothing)."""
+def draft_memory(ctx: Ctx, draft, kv_tokens) -> memory.DraftParts:
+    """Draft weights and KV (:func:`costmodel.engine.memory.draft_breakdown`, per device and totals) of
+    a draft model (its own weights on each of its tp·pp devices: total = per-device · tp·pp), an
+    EAGLE or EAGLE-3 head (:func:`costmodel.engine.strategies.heads.head_weights_bytes` per device of
+    the target's tp group, ``head_weights_total_bytes`` over it), ``self`` (the target's weights, its
+    own KV) or ``none`` (draft = None: nothing). KV totals: per device · the draft Exec's tp·pp."""
     if draft is None:
         return memory.draft_breakdown()
     kind = ctx.rec.draft_model
+    if kind == "mtp":
+        return memory.draft_breakdown(memory.mtp_weights_device_bytes(draft), draft, kv_tokens, ctx.B)
     if kind in ("eagle", "eagle3"):
-        from costmodel.engine.strategies.heads import head_weights_bytes
-        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, ctx.rec.draft_vocab_size), draft,
-                                      kv_tokens, ctx.B)
-    own = 0.0 if kind == "self" else memory.weights_device_bytes(draft)
-    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B)
+        from costmodel.engine.strategies.heads import head_weights_bytes, head_weights_total_bytes
+        vocab = ctx.rec.draft_vocab_size
+        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, vocab), draft, kv_tokens, ctx.B,
+                                      weights_total=head_weights_total_bytes(ctx.ex, kind, vocab))
+    if kind == "self":
+        return memory.draft_breakdown(0.0, draft, kv_tokens, ctx.B)
+    own = memory.weights_device_bytes(draft)
+    return memory.draft_breakdown(own, draft, kv_tokens, ctx.B, weights_total=own * (draft.tp * draft.pp))
 
 
 def speculative(ctx: Ctx, draft) -> Outcome:
@@ -185,22 +198,12 @@ def speculative(ctx: Ctx, draft) -> Outcome:
     d_kv_tokens = B * (draft_context(ctx, ctx.L_peak) + g)
     own = separate(ctx)
     fp = memory.footprint(ex, target, draft_memory(ctx, draft, d_kv_tokens), separate=own,
-                          draft_activations=memory.activation_bytes(draft, B, B) if own else None,
-                          draft_devices=draft_devices(ctx, draft))
+                          draft_activations=memory.activation_bytes(draft, B, B) if own else None)
     prefill, d_prefill = prefill_cost(ctx), _draft_prefill(ctx, draft)
     return Outcome(step=step, tokens_per_step=tps, n_seqs=B, prefill=prefill + d_prefill, memory=fp,
                    extras={"draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s},
                    passes=named_passes(ex, prefill, verify, draft, dcost,
                                        None if ctx.rec.draft_model == "self" else d_prefill))
-
-
-def draft_devices(ctx: Ctx, draft) -> int:
-    """Devices holding one copy of the draft's per-device parts: a draft model's
-    ``draft_tensor_parallel``, a head's the target's tp (its parts are per device of that group),
-    else 1 (totals: :func:`costmodel.engine.memory.footprint`)."""
-    if draft is None or ctx.rec.draft_model == "self":
-        return 1
-    return draft.tp
 
 
 def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None = None,

@@ -3,9 +3,12 @@
 A draft proposes a tree of T nodes; the target verifies the T nodes plus the root (q = T + 1) in
 one pass with a tree mask. Tokens per step τ = 1 + Σ_v Π p_rank along v's path (:mod:`costmodel.engine.tree`).
 
-Draft cost: a draft model or an EAGLE head runs one pass per depth over that level's nodes;
-Medusa heads run inside the target pass (each head: a d×d ResBlock and a d×vocab LM head);
-``none`` costs nothing. Verification kernels:
+Draft cost: a draft model, an EAGLE or an EAGLE-3 head drafts a tree of depth D in D passes, one at
+the root and one over each of levels 1..D−1 (the last level is not drafted from); an EAGLE pass also
+runs its 2d×d fusion layer, an EAGLE-3 head its 3d×d fc on the root's pass only
+(:mod:`costmodel.engine.strategies.heads`). Medusa heads run inside the target pass, all
+``medusa_heads`` of them (each a d×d ResBlock and a d×vocab LM head), and bound the tree's depth;
+``none`` and ``suffix`` cost nothing. Verification kernels:
 
 * ``dense_masked``:  the full q × (L + q) block is computed; context KV read once per sequence
 * ``prefix_aware``:  only ancestor pairs inside the tree are computed; context KV read once
@@ -24,7 +27,8 @@ import numpy as np
 from costmodel.engine import acceptance, memory
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
-from costmodel.engine.ops import Exec, Op, PassShape
+from costmodel.engine.ops import Exec, Op, PassShape, gemm
+from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
@@ -52,20 +56,43 @@ def build_tree(ctx: Ctx, n_nodes: int | None = None) -> Tree:
     if r.tree_width is not None and r.tree_depth is not None and r.tree_nodes is None:
         return full_tree(r.tree_width, r.tree_depth)
     n = n_nodes or r.tree_nodes
-    return optimal_tree(int(n), rank_vector(ctx, r.tree_depth), r.tree_depth)
+    return optimal_tree(int(n), rank_vector(ctx, r.tree_depth), depth_bound(r))
+
+
+def depth_bound(r):
+    """An optimal tree's depth bound: ``tree_depth``, and for Medusa at most its heads (one per level)."""
+    if r.draft_model != "medusa":
+        return r.tree_depth
+    heads = medusa_heads(r)
+    return heads if r.tree_depth is None else min(r.tree_depth, heads)
 
 
 def eagle_head(target: Model) -> Model:
-    """EAGLE draft: one decoder layer of the target's width plus a 2d→d fusion layer (Li et al. 2024);
-    it reuses the target's embedding and LM head (counted in the pass, not in its weights)."""
+    """EAGLE draft: one decoder layer of the target's width (Li et al. 2024); its 2d→d fusion layer is
+    priced as an extra operator (:func:`eagle_fuse_op`), and it reuses the target's embedding and LM
+    head (counted in the pass, not in its weights)."""
     return dataclasses.replace(target, id=f"eagle-head({target.id})", name="EAGLE head", n_layers=1,
                                n_experts=1, experts_per_token=1, tied_embeddings=True,
                                published_params=None, source="EAGLE (arXiv:2401.15077) draft head")
 
 
+def eagle_exec(ex: Exec) -> Exec:
+    """The EAGLE head on the target's tensor-parallel group: split over tp like the target's layers,
+    and whole on one pipeline stage (pp = 1: its one layer is not divided among stages)."""
+    return dataclasses.replace(ex, model=eagle_head(ex.model), pp=1)
+
+
 def eagle_extra_params(target: Model) -> float:
     """EAGLE head weights: one layer + the 2d×d fusion matrix (LM head shared with the target)."""
     return target.attn_params_per_layer + target.expert_params + 2 * target.d_model + 2 * target.d_model ** 2
+
+
+def eagle_fuse_op(ex: Exec, tokens) -> Op:
+    """The fusion layer of each EAGLE draft pass: an FC of 2·d_model × d_model (split over tp) on the
+    concatenated feature and token embedding of every token the pass drafts from (SafeAILab/EAGLE
+    cnets.py ``self.fc = nn.Linear(2 * hidden_size, hidden_size)``)."""
+    d = ex.model.d_model
+    return gemm("eagle_fuse", 2.0 * d * d / ex.tp, tokens, 2 * d, d / ex.tp, ex, count=1)
 
 
 def medusa_params(target: Model, n_heads: int) -> int:
@@ -74,12 +101,33 @@ def medusa_params(target: Model, n_heads: int) -> int:
 
 
 def medusa_ops(ex: Exec, n_heads: int, B) -> list:
-    """Medusa heads on the last accepted hidden state (:func:`medusa_params`, split over tp)."""
+    """Medusa heads on the last accepted hidden state (:func:`medusa_params`, split over tp): every
+    head runs every step (FasterDecoding/Medusa medusa_model.py loops over all ``medusa_num_heads``),
+    whatever the tree's depth."""
     m = ex.model
     params = medusa_params(m, n_heads) / ex.tp
     t = np.asarray(B, dtype=float)
     return [Op("medusa_heads", "matrix", 1, flops=2.0 * params * t,
                hbm_bytes=params * ex.w_bytes + t * n_heads * m.vocab_size / ex.tp * 4.0, group="heads")]
+
+
+def draft_pass_tokens(tr) -> np.ndarray:
+    """Tokens per sequence of each draft pass of a tree of depth D: D passes, one at the root (it drafts
+    level 1) and one on each level 1..D−1 (it drafts the next level); the last level is never drafted
+    from (SafeAILab/EAGLE cnets.py topK_genrate: one forward before its loop of depth − 1 more).
+    For a :class:`TreeTable`: (trees, deepest depth), row i = tree i's passes then 0 (no pass) past
+    its depth — the level sizes shifted one column right, the root's 1 in front."""
+    if isinstance(tr, TreeTable):
+        levels = np.asarray(tr.level_sizes, dtype=float)
+        passes = np.zeros_like(levels)
+        if levels.shape[1]:
+            passes[:, 0] = 1.0
+            passes[:, 1:] = levels[:, :-1]
+        passes[np.arange(levels.shape[1])[None, :] >= np.asarray(tr.depth)[:, None]] = 0.0
+        return passes
+    if tr.depth == 0:
+        return np.zeros(0)
+    return np.concatenate([[1.0], np.asarray(tr.level_sizes, dtype=float)[:-1]])
 
 
 def verify_shape(ctx: Ctx, tr, kernel: str, extra_ops) -> PassShape:
@@ -102,15 +150,65 @@ def verify_shape(ctx: Ctx, tr, kernel: str, extra_ops) -> PassShape:
     return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops)
 
 
+def alpha_for_tree_tau(tr: Tree, tau, iterations: int = 60) -> np.ndarray:
+    """α whose rank model α(1 − α)^(i−1) gives the tree τ expected tokens (bisection: τ(α) increases
+    with α); how a lock-step batch spreads a given τ over the tree's depths."""
+    tau = np.asarray(tau, dtype=float)
+    lo, hi = np.zeros_like(tau), np.ones_like(tau)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        got = np.vectorize(lambda a: tr.expected_tokens(acceptance.default_rank_acceptance(float(a))))(mid)
+        above = got > tau
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return 0.5 * (lo + hi)
+
+
+#: per-request α values beyond this many distinct ones are priced by interpolation on a grid of
+#: this many points over [0, 1] (τ(α) is a polynomial of degree ≤ depth + ranks, smooth on the grid)
+ALPHA_GRID_POINTS = 513
+
+
+def tree_tokens_for_alphas(tr: Tree, alphas) -> np.ndarray:
+    """τ of tree ``tr`` for each acceptance α in ``alphas`` under the rank model α(1 − α)^(i−1)
+    (:meth:`Tree.expected_tokens` of :func:`acceptance.default_rank_acceptance`): exact for up to
+    :data:`ALPHA_GRID_POINTS` distinct values, else linear interpolation between exact values on a
+    grid of that many points (per-request acceptance under load: one α per request)."""
+    a = np.asarray(alphas, dtype=float)
+
+    def tau(x):
+        return tr.expected_tokens(acceptance.default_rank_acceptance(float(x)))
+
+    uniq, inv = np.unique(a, return_inverse=True)
+    if uniq.size <= ALPHA_GRID_POINTS:
+        return np.asarray([tau(x) for x in uniq])[inv].reshape(a.shape)
+    grid = np.linspace(0.0, 1.0, ALPHA_GRID_POINTS)
+    return np.interp(a, grid, np.asarray([tau(x) for x in grid]))
+
+
 def tree_tokens_per_step(ctx: Ctx, tr) -> np.ndarray:
-    """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B.
-    ``tr``: a :class:`Tree`, or a :class:`TreeTable` built for ``rank_vector(ctx)`` (one batch size)."""
-    if ctx.tau is not None and ctx.rec.rank_acceptance is None and ctx.rec.acceptance_rate is None:
+    """τ: given, or from the rank vector; lock-step batches use Σ_j P(accepted depth ≥ j)^B, the
+    depth distribution of a given τ being that of the α whose rank model gives τ
+    (:func:`alpha_for_tree_tau`; at B = 1 it returns τ).
+    ``tr``: a :class:`Tree`, or a :class:`TreeTable` built for ``rank_vector(ctx)`` (one configuration:
+    one batch size) — its columns give τ; a given τ under lock-step needs each tree's own α, so that
+    case is computed tree by tree (this function on each of ``tr.trees``)."""
+    given_tau = ctx.tau is not None and ctx.rec.rank_acceptance is None and ctx.rec.acceptance_rate is None
+    lockstep = ctx.rec.batch_sync == "lockstep"
+    if given_tau and not lockstep:
         return np.asarray(ctx.tau, dtype=float)
     if isinstance(tr, TreeTable):
-        return tr.lockstep_tokens(ctx.B) if ctx.rec.batch_sync == "lockstep" else tr.tokens
+        if given_tau:
+            return np.asarray([np.ravel(tree_tokens_per_step(ctx, t))[0] for t in tr.trees])
+        return tr.lockstep_tokens(ctx.B) if lockstep else tr.tokens
+    if given_tau:
+        tau = np.asarray(ctx.tau, dtype=float)
+        alphas = alpha_for_tree_tau(tr, tau)
+        tails = np.stack([tr.depth_tails(acceptance.default_rank_acceptance(float(a))) for a in np.ravel(alphas)],
+                         axis=-1).reshape((-1,) + np.shape(tau))
+        return np.sum(tails ** np.asarray(ctx.B, dtype=float), axis=0)
     ranks = rank_vector(ctx)
-    if ctx.rec.batch_sync == "lockstep":
+    if lockstep:
         return lockstep_tokens(tr.depth_tails(ranks), ctx.B)
     return np.asarray(tr.path_probabilities(ranks).sum())
 
@@ -119,7 +217,7 @@ def resolve_draft(ctx: Ctx, draft):
     """(draft Exec or None, kind) for a tree: a model, 'eagle', 'medusa' or 'none'."""
     kind = ctx.rec.draft_model
     if kind == "eagle":
-        return dataclasses.replace(ctx.ex, model=eagle_head(ctx.ex.model)), "eagle"
+        return eagle_exec(ctx.ex), "eagle"
     if kind == "eagle3":
         from costmodel.engine.strategies.heads import head_exec
         return head_exec(ctx.ex, kind, ctx.rec.draft_vocab_size), "eagle3"
@@ -131,50 +229,53 @@ def resolve_draft(ctx: Ctx, draft):
 
 
 def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
-    """The draft's passes, one per level d = 1..depth over that level's n_d nodes per sequence:
-    B·n_d tokens attending to L_d + d positions (L_d: the draft's context), summed level by level;
-    an EAGLE-3 head adds its operators (:func:`costmodel.engine.strategies.heads.eagle3_ops`), the
-    feature-fusing fc on the first level only. For a :class:`TreeTable` every (tree, level) pass is
-    priced in one array evaluation per kind of level and the sums run level by level as for one
-    tree (a level past a tree's depth adds +0.0: no change)."""
+    """The draft's passes (:func:`draft_pass_tokens`): pass d = 0..D−1 runs over the n_d tokens per
+    sequence it drafts from (n_0 = 1, the root; n_d = level d's size), B·n_d tokens attending to
+    L_d + d positions (L_d: the draft's context), summed pass by pass. An EAGLE pass adds its 2d×d
+    fusion layer (:func:`eagle_fuse_op`); an EAGLE-3 head its operators
+    (:func:`costmodel.engine.strategies.heads.eagle3_ops`), the feature-fusing fc on the root's pass
+    only. For a :class:`TreeTable` every (tree, pass) is priced in one array evaluation per kind of
+    pass and the sums run pass by pass as for one tree (a pass past a tree's depth adds +0.0: no change)."""
     B = ctx.B
     Ld = ctx.L if ctx.draft_kv_budget is None else np.minimum(ctx.L, ctx.draft_kv_budget)
 
-    def level(n_d, d, first):
+    def one_pass(n_d, d, first):
+        t = B * n_d
         extra = []
-        if kind == "eagle3":      # the fc over the features of the first level's input tokens
+        if kind == "eagle":
+            extra = [eagle_fuse_op(d_ex, t)]
+        elif kind == "eagle3":      # the fc over the features of the root pass's input tokens
             from costmodel.engine.strategies.heads import eagle3_ops
-            extra = eagle3_ops(d_ex, B * n_d, B * n_d if first else 0.0)
-        return PassShape(tokens=B * n_d, pairs=B * n_d * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=B * n_d,
-                         extra_ops=extra)
+            extra = eagle3_ops(d_ex, t, t if first else 0.0)
+        return PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t, extra_ops=extra)
 
+    passes = draft_pass_tokens(tr)
     if not isinstance(tr, TreeTable):
         dcost = Cost.zero()
-        for d, n_d in enumerate(tr.level_sizes, start=1):
-            dcost = dcost + pass_cost(level(n_d, d, d == 1), d_ex)
+        for d, n_d in enumerate(passes):          # d: the depth the pass drafts from
+            dcost = dcost + pass_cost(one_pass(n_d, d, d == 0), d_ex)
         return dcost
-    rows, cols = np.nonzero(tr.level_sizes)
-    n_trees, n_levels = tr.level_sizes.shape
-    # one array evaluation per kind of level (the first level of an EAGLE-3 head has its fc), its
-    # results placed back at their (tree, level) cells
+    rows, cols = np.nonzero(passes)
+    n_trees, n_passes = passes.shape
+    # one array evaluation per kind of pass (the root pass of an EAGLE-3 head has its fc), its
+    # results placed back at their (tree, pass) cells
     groups = [np.ones(rows.shape, dtype=bool)] if kind != "eagle3" else [cols == 0, cols != 0]
-    cells = {"time_s": np.zeros((n_trees, n_levels)), "flops": np.zeros((n_trees, n_levels)),
-             "hbm_bytes": np.zeros((n_trees, n_levels))}
+    cells = {"time_s": np.zeros((n_trees, n_passes)), "flops": np.zeros((n_trees, n_passes)),
+             "hbm_bytes": np.zeros((n_trees, n_passes))}
     by_bound = {}
     for sel in groups:
         if not sel.any():
             continue
         r, c = rows[sel], cols[sel]
-        flat = pass_cost(level(tr.level_sizes[r, c].astype(float), c + 1.0, kind == "eagle3" and bool(c[0] == 0)),
-                         d_ex)
+        flat = pass_cost(one_pass(passes[r, c], c.astype(float), kind == "eagle3" and bool(c[0] == 0)), d_ex)
         for name in cells:
             cells[name][r, c] = np.broadcast_to(getattr(flat, name), r.shape)
         for b, v in flat.by_bound.items():
-            by_bound.setdefault(b, np.zeros((n_trees, n_levels)))[r, c] = np.broadcast_to(v, r.shape)
+            by_bound.setdefault(b, np.zeros((n_trees, n_passes)))[r, c] = np.broadcast_to(v, r.shape)
 
     def summed(grid):
         total = np.zeros(n_trees)
-        for d in range(n_levels):
+        for d in range(n_passes):
             total = total + grid[:, d]
         return total
 
@@ -187,8 +288,7 @@ def tree_step(ctx: Ctx, draft, tr):
     ``tr`` (a :class:`Tree`, or a :class:`TreeTable`: then arrays over its trees)."""
     ex, B = ctx.ex, ctx.B
     d_ex, kind = resolve_draft(ctx, draft)
-    heads = np.maximum(tr.depth, 1) if isinstance(tr, TreeTable) else max(tr.depth, 1)
-    extra = medusa_ops(ex, heads, B) if kind == "medusa" else []
+    extra = medusa_ops(ex, medusa_heads(ctx.rec), B) if kind == "medusa" else []
     vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
     verify = pass_cost(vs, ex)
     dcost = Cost.zero() if d_ex is None else draft_levels_cost(ctx, d_ex, tr, kind)
@@ -199,13 +299,17 @@ def tree_step(ctx: Ctx, draft, tr):
 
 
 def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
+    """Tree ``tr`` priced: :func:`tree_step`, and memory — a separate draft device also holds the
+    activations of its widest draft pass (:func:`draft_pass_tokens`)."""
     ex, B = ctx.ex, ctx.B
     step, dcost, verify, vs, d_ex, kind = tree_step(ctx, draft, tr)
     target = memory.target_breakdown(ex, B * ctx.L_peak, [memory.prefill_footprint(ex, B, ctx.P),
                                                           (vs.tokens, vs.lm_tokens, vs.pairs)], seqs=B)
     target["tree_scratch"] = memory.tree_scratch_bytes(ex, B, tr.n_nodes + 1.0)
-    fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr),
-                          separate=separate(ctx), draft_devices=d_ex.tp if kind in ("eagle3", "model") else 1)
+    own = separate(ctx)
+    widest = float(draft_pass_tokens(tr).max(initial=0.0))
+    fp = memory.footprint(ex, target, _tree_draft_memory(ctx, d_ex, kind, tr), separate=own,
+                          draft_activations=memory.activation_bytes(d_ex, B * widest, B * widest) if own else None)
     target_prefill = prefill_cost(ctx)
     d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
     return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
@@ -216,18 +320,17 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
                            "draft_time_per_step_s": dcost.time_s, "verify_time_s": verify.time_s})
 
 
-def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree) -> dict:
-    """Draft weights and KV of a tree's draft: Medusa heads (one per level, split over tp, no KV),
-    an EAGLE head (its own layer's KV over the whole context), else :func:`draft_memory` over the
-    context or the ``draft_kv_budget``."""
+def _tree_draft_memory(ctx: Ctx, d_ex, kind: str, tr: Tree):
+    """Draft weights and KV of a tree's draft (:class:`costmodel.engine.memory.DraftParts`): Medusa
+    heads (``medusa_heads`` of them, split over tp, no KV); an EAGLE or EAGLE-3 head (split over tp, whole
+    on one stage; its own layer's KV over the whole context); else :func:`draft_memory` over the context or
+    the ``draft_kv_budget``."""
+    ex = ctx.ex
     if kind == "medusa":
-        return memory.draft_breakdown(medusa_params(ctx.ex.model, max(tr.depth, 1)) * ctx.ex.w_bytes / ctx.ex.tp)
-    if kind == "eagle":
-        return memory.draft_breakdown(eagle_extra_params(ctx.ex.model) * ctx.ex.w_bytes, d_ex, ctx.B * ctx.L_peak)
-    if kind == "eagle3":
-        from costmodel.engine.strategies.heads import head_weights_bytes
-        return memory.draft_breakdown(head_weights_bytes(ctx.ex, kind, ctx.rec.draft_vocab_size), d_ex,
-                                      ctx.B * ctx.L_peak)
+        total = medusa_params(ex.model, medusa_heads(ctx.rec)) * ex.w_bytes
+        return memory.draft_breakdown(total / ex.tp, weights_total=total)
+    if kind in ("eagle", "eagle3"):
+        return draft_memory(ctx, d_ex, ctx.B * ctx.L_peak)
     kv_context = ctx.L_peak if ctx.draft_kv_budget is None else np.minimum(ctx.L_peak, ctx.draft_kv_budget)
     return draft_memory(ctx, d_ex, ctx.B * kv_context)
 
@@ -255,7 +358,7 @@ def best_for_hardware(ctx: Ctx, draft) -> Tree:
     one = dataclasses.replace(ctx, **{f.name: np.reshape(getattr(ctx, f.name), ())
                                        for f in dataclasses.fields(ctx)
                                        if isinstance(getattr(ctx, f.name), np.ndarray)})
-    table = candidate_table(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), r.tree_depth)
+    table = candidate_table(int(r.tree_nodes), rank_vector(ctx, r.tree_depth), depth_bound(r))
     step = tree_step(one, draft, table)[0]
     rate = tree_tokens_per_step(one, table) / step.time_s
     return table.trees[int(np.argmax(np.where(np.isnan(rate), -np.inf, rate)))]
