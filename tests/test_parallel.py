@@ -21,7 +21,8 @@ from costmodel.inputs.hardware import Link
 from costmodel.engine.parallel import (allreduce_time_s, divisors, draft_link, pipeline_bubble_fraction,
                                 pipeline_handoff_s, pipeline_step_latency_s, pp_boundary_links, tp_link,
                                 transfer_time_s)
-from costmodel.analysis.plan import load_prices, plan
+from costmodel.analysis.plan import plan
+from costmodel.analysis.plan_prices import load_prices
 from costmodel.inputs.record import parse_record
 from costmodel.inputs.specs import zoo_ids
 

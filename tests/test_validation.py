@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import costmodel
-from costmodel.calibration import calibrate, report
+from costmodel.calibration import calibrate, fit_files, report
 from costmodel.cli.main import main
 from costmodel.errors import InputError
 from costmodel.calibration.validate import (VALIDATION_DIR, default_paths, load_measurements, parse_measurement, predict, summarize, validate)
@@ -228,7 +228,7 @@ def test_fit_writes_values_and_provenance(tmp_path, loso):
     rt = tmp_path / "eager.yaml"
     rt.write_text((ROOT / "runtimes" / "eager.yaml").read_text())
     entry = loso["full_fit"]["eager"]
-    calibrate.write_runtime_yaml(rt, entry, "validation/measurements.csv", date="2000-01-01")
+    fit_files.write_runtime_yaml(rt, entry, "validation/measurements.csv", date="2000-01-01")
     data = yaml.safe_load(rt.read_text())
     for name, v in entry["params"].items():
         assert data[name]["value"] == pytest.approx(v, rel=1e-3)

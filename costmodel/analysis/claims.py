@@ -135,7 +135,10 @@ def _identity_checks(figs: dict, pred: Predictor, lim: Limits, stated_tau_given:
 
 
 def check_claim(c: dict, band: ErrorBand) -> dict:
-    """Verdict of one claim (mapping); see the module docstring."""
+    """Verdict of one claim (mapping); see the module docstring. In steps: the figures parsed and the
+    verdicts found before evaluation (a metric given twice, impossible or inconsistent acceptance),
+    each figure judged against the model (or the hardware-blind recommendation), then the claim's
+    verdict, the most severe of its figures'."""
     cid = str(c.get("id", "?"))
     src = c.get("_source", f"claim {cid}")
     base = {"id": cid, "verdict": "not_checkable", "reason": "", "claimed": None, "predicted": None}
@@ -148,16 +151,40 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
         return base
     figs_raw = claim_figures(c, src)
     fields = record_fields(c)
+    pre = []                 # figure-level verdicts found before evaluation
+    figs = _parse_figures(figs_raw, src, pre)
+    tau = _acceptance_checks(fields, pre)
+    note_fit = None
+    blind = "hardware" not in fields and all(m == "recommended_strategy" for m, _, _ in figs)
+    if blind:
+        r = recommend_cached(fields)
+        results = [_judge_recommendation(cv, r, band, text) for metric, cv, text in figs]
+    else:
+        results, note_fit = _judge_figures(c, fields, figs, src, band, tau is not None)
+    for v, metric, why in pre:
+        results.insert(0, {"metric": metric, "claimed": c.get(metric), "predicted": None, "verdict": v, "reason": why})
+    _set_verdict(base, c, figs, results, note_fit)
+    return base
+
+
+def _parse_figures(figs_raw: list, src: str, pre: list) -> list:
+    """[(metric, ClaimValue, text)] from the claim's raw figures; a metric given twice with different
+    values adds an ``inconsistent`` verdict to ``pre``."""
     figs = []
     seen = {}
-    pre = []                 # figure-level verdicts found before evaluation
     for metric, value, text in figs_raw:
         cv = parse_value(value, src, metric)
         if metric in seen and seen[metric].raw != cv.raw:
             pre.append(("inconsistent", metric, f"{metric} is given as both {seen[metric].raw!r} and {cv.raw!r}"))
         seen[metric] = cv
         figs.append((metric, cv, text))
-    # acceptance figures in the record itself
+    return figs
+
+
+def _acceptance_checks(fields: dict, pre: list):
+    """The acceptance figures in the claim's record itself: τ above what the chain (γ + 1) or the tree
+    (depth + 1) can accept is ``impossible`` (τ is capped there), τ disagreeing with the stated α is
+    ``inconsistent`` (τ is dropped, α kept); the verdicts go to ``pre``. Returns the stated τ."""
     strat = str(fields.get("strategy", "autoregressive")).strip().lower()
     tau, alpha = fields.get("mean_accepted_tokens"), fields.get("acceptance_rate")
     if strat in ("speculative", "spec") and tau is not None:
@@ -178,69 +205,85 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
         pre.append(("impossible", "mean_accepted_tokens",
                     f"τ = {float(tau):g} exceeds tree depth + 1 = {float(fields['tree_depth']) + 1:g}"))
         fields["mean_accepted_tokens"] = float(fields["tree_depth"]) + 1.0
+    return tau
+
+
+def _judge_figures(c: dict, fields: dict, figs: list, src: str, band: ErrorBand, tau_given: bool) -> tuple:
+    """Each figure of a claim with hardware judged against the model's prediction, plus the identity
+    checks of an absolute claim. Returns (figure results, a note when the record does not fit)."""
+    rec = parse_claim_record(fields, src)
+    pred = Predictor(fields, rec, band)
+    lim = hard_limits(rec, pred.out)
     note_fit = None
-    blind = "hardware" not in fields and all(m == "recommended_strategy" for m, _, _ in figs)
+    if not pred.out["fits"] and lim.fits_floor and not any(m == "fits" for m, _, _ in figs):
+        note_fit = (f"note: the model's predicted peak of {fmt_figure(pred.out['peak_device_memory_bytes'], 'B')} "
+                    f"exceeds the {fmt_figure(pred.out['usable_memory_bytes'], 'B')} usable")
+    rel = c.get("relative_to")
+    compare = str(c.get("compare", "ratio"))
+    if compare not in ("ratio", "difference"):
+        raise InputError(f"unknown compare {compare!r}", source=src, field="compare", allowed="ratio, difference")
     results = []
-    if blind:
-        r = recommend_cached(fields)
-        for metric, cv, text in figs:
-            results.append(_judge_recommendation(cv, r, band, text))
-    else:
-        rec = parse_claim_record(fields, src)
-        pred = Predictor(fields, rec, band)
-        lim = hard_limits(rec, pred.out)
-        if not pred.out["fits"] and lim.fits_floor and not any(m == "fits" for m, _, _ in figs):
-            note_fit = (f"note: the model's predicted peak of {fmt_figure(pred.out['peak_device_memory_bytes'], 'B')} "
-                        f"exceeds the {fmt_figure(pred.out['usable_memory_bytes'], 'B')} usable")
-        rel = c.get("relative_to")
-        compare = str(c.get("compare", "ratio"))
-        if compare not in ("ratio", "difference"):
-            raise InputError(f"unknown compare {compare!r}", source=src, field="compare", allowed="ratio, difference")
-        lim_other = None
-        for metric, cv, text in figs:
-            b, basis = band.for_metric(metric, rec.batch_size)
-            if rel and compare == "ratio" and metric in RATE_METRICS:
-                b, basis = band.for_metric("speedup_vs_ar")       # a ratio of two rates is a speedup
-                basis += " (a ratio of two rates)"
-            if rel:
-                if not isinstance(rel, dict):
-                    raise InputError("must be a mapping of record overrides", source=src, field="relative_to")
-                p, other = pred.value(metric, rel, compare)
-                lim_other = lim_other or hard_limits(other.rec, other.out)
-            else:
-                p = pred.value(metric)
-            fig = {"metric": metric, "claimed": cv.raw, "predicted": _num(p), "band": b}
-            if text:
-                fig["text"] = text
-            # hard bounds
-            not_fit = (not lim.fits_floor) or (lim_other is not None and not lim_other.fits_floor)
-            if not_fit and not (metric == "fits" and cv.name == "false"):
-                which = lim if not lim.fits_floor else lim_other
-                broken = [f"does not fit: at least {fmt_figure(which.mem_floor, 'B')} of weights and prompt KV "
-                          f"must be resident on a device with {fmt_figure(which.usable, 'B')} usable"]
-                broken += [f"even if it did, {t}" for t in bound_violations(metric, cv, lim, relative=bool(rel))]
-                fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
-                results.append(fig)
-                continue
-            broken = bound_violations(metric, cv, lim, relative=bool(rel))
-            if not broken and rel and metric in ("tokens_per_s", "tokens_per_s_per_seq") and \
-                    rel.get("strategy") == "autoregressive" and compare == "ratio":
-                broken = bound_violations("speedup_vs_ar", cv, lim)
-            if broken:
-                fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
-            elif metric in CATEGORICAL or cv.kind in ("name", "bool"):
-                fig.update(_judge_category(metric, cv, p, pred, band, rec))
-            else:
-                v, why = band_verdict(metric, cv, p, b, basis, relative=bool(rel) and compare == "ratio")
-                fig.update(verdict=v, reason=why)
+    lim_other = None
+    for metric, cv, text in figs:
+        b, basis = band.for_metric(metric, rec.batch_size)
+        if rel and compare == "ratio" and metric in RATE_METRICS:
+            b, basis = band.for_metric("speedup_vs_ar")       # a ratio of two rates is a speedup
+            basis += " (a ratio of two rates)"
+        if rel:
+            if not isinstance(rel, dict):
+                raise InputError("must be a mapping of record overrides", source=src, field="relative_to")
+            p, other = pred.value(metric, rel, compare)
+            lim_other = lim_other or hard_limits(other.rec, other.out)
+        else:
+            p = pred.value(metric)
+        fig = {"metric": metric, "claimed": cv.raw, "predicted": _num(p), "band": b}
+        if text:
+            fig["text"] = text
+        if not _judge_fit(fig, metric, cv, lim, lim_other, rel):
+            _judge_value(fig, metric, cv, p, b, basis, lim, rel, compare, pred, band, rec)
             if fig["verdict"] in ("optimistic", "pessimistic", "impossible"):
                 add_needed_alpha(fig, fields, rec, src, band, metric, cv, p, rel, compare)
-            results.append(fig)
-        if not rel:
-            for v, metric, why in _identity_checks({m: cv for m, cv, _ in figs}, pred, lim, tau is not None):
-                results.append({"metric": metric, "claimed": None, "predicted": None, "verdict": v, "reason": why})
-    for v, metric, why in pre:
-        results.insert(0, {"metric": metric, "claimed": c.get(metric), "predicted": None, "verdict": v, "reason": why})
+        results.append(fig)
+    if not rel:
+        for v, metric, why in _identity_checks({m: cv for m, cv, _ in figs}, pred, lim, tau_given):
+            results.append({"metric": metric, "claimed": None, "predicted": None, "verdict": v, "reason": why})
+    return results, note_fit
+
+
+def _judge_fit(fig: dict, metric: str, cv, lim, lim_other, rel) -> bool:
+    """Mark ``fig`` impossible when the record (or the one it is compared with) cannot fit even its
+    weights and prompt KV, naming the bounds the figure would break even if it did; True when so
+    (unless the figure itself claims that it does not fit)."""
+    not_fit = (not lim.fits_floor) or (lim_other is not None and not lim_other.fits_floor)
+    if not not_fit or (metric == "fits" and cv.name == "false"):
+        return False
+    which = lim if not lim.fits_floor else lim_other
+    broken = [f"does not fit: at least {fmt_figure(which.mem_floor, 'B')} of weights and prompt KV "
+              f"must be resident on a device with {fmt_figure(which.usable, 'B')} usable"]
+    broken += [f"even if it did, {t}" for t in bound_violations(metric, cv, lim, relative=bool(rel))]
+    fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
+    return True
+
+
+def _judge_value(fig: dict, metric: str, cv, p, b, basis: str, lim, rel, compare: str, pred, band, rec) -> None:
+    """The verdict of one figure of a record that fits: impossible when it breaks a hard bound, else by
+    category or against the error band."""
+    broken = bound_violations(metric, cv, lim, relative=bool(rel))
+    if not broken and rel and metric in ("tokens_per_s", "tokens_per_s_per_seq") and \
+            rel.get("strategy") == "autoregressive" and compare == "ratio":
+        broken = bound_violations("speedup_vs_ar", cv, lim)
+    if broken:
+        fig.update(verdict="impossible", reason="; ".join(broken), bounds_broken=broken)
+    elif metric in CATEGORICAL or cv.kind in ("name", "bool"):
+        fig.update(_judge_category(metric, cv, p, pred, band, rec))
+    else:
+        v, why = band_verdict(metric, cv, p, b, basis, relative=bool(rel) and compare == "ratio")
+        fig.update(verdict=v, reason=why)
+
+
+def _set_verdict(base: dict, c: dict, figs: list, results: list, note_fit) -> None:
+    """The claim's verdict and reason from its figures' (the most severe, then the largest deviation),
+    with what was claimed and predicted, into ``base``."""
     top = max(results, key=lambda r: (SEVERITY[r["verdict"]], _deviation(r)))
     worst = [r for r in results if SEVERITY[r["verdict"]] == SEVERITY[top["verdict"]]]
     reason = top["reason"]
@@ -270,7 +313,6 @@ def check_claim(c: dict, band: ErrorBand) -> dict:
     if c.get("relative_to"):
         base["relative_to"] = c["relative_to"]
         base["compare"] = c.get("compare", "ratio")
-    return base
 
 
 def _every_bound(figures: list, named: bool) -> list:

@@ -83,11 +83,7 @@ def load_error_band(band=None) -> ErrorBand:
     by_metric = {}
     for k, v in by.items():
         where = f"by_metric.{shown_text(str(k), 60)}"
-        if v is not None and not isinstance(v, dict):
-            raise InputError("must be a mapping {n, p90_abs_rel_error}", source=src, field=where)
-        v = dict(v or {})
-        if v.get("p90_abs_rel_error") is not None:
-            v["p90_abs_rel_error"] = _band_number(v["p90_abs_rel_error"], src, where + ".p90_abs_rel_error")
+        v = _band_entry(v, src, where)
         n = v.get("n", 0)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InputError(f"must be a row count (an integer >= 0), got {shown(n)}", source=src, field=where + ".n")
@@ -101,13 +97,18 @@ def load_error_band(band=None) -> ErrorBand:
         by_regime[str(k)] = {}
         for r, x in regs.items():
             where = f"by_metric_regime.{shown_text(str(k), 60)}.{shown_text(str(r), 60)}"
-            if x is not None and not isinstance(x, dict):
-                raise InputError("must be a mapping {n, p90_abs_rel_error}", source=src, field=where)
-            x = dict(x or {})
-            if x.get("p90_abs_rel_error") is not None:
-                x["p90_abs_rel_error"] = _band_number(x["p90_abs_rel_error"], src, where + ".p90_abs_rel_error")
-            by_regime[str(k)][str(r)] = x
+            by_regime[str(k)][str(r)] = _band_entry(x, src, where)
     return ErrorBand(overall=overall, by_metric=by_metric, source=src, by_metric_regime=by_regime)
+
+
+def _band_entry(v, src: str, where: str) -> dict:
+    """One band entry ``{n, p90_abs_rel_error}`` (None = empty) as a new dict, its p90 checked."""
+    if v is not None and not isinstance(v, dict):
+        raise InputError("must be a mapping {n, p90_abs_rel_error}", source=src, field=where)
+    v = dict(v or {})
+    if v.get("p90_abs_rel_error") is not None:
+        v["p90_abs_rel_error"] = _band_number(v["p90_abs_rel_error"], src, where + ".p90_abs_rel_error")
+    return v
 
 
 #: largest relative error a band may state: 10 = 1000 % (a band wider than that judges nothing)

@@ -43,14 +43,13 @@ why the closest configuration (the fastest one that fits, else the fastest) fail
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from costmodel.errors import InputError, shown, shown_text, suggest
+from costmodel.errors import InputError, shown
 from costmodel.engine.evaluate import build_exec, evaluate, evaluate_arrays
 from costmodel.engine.parallel import divisors
 from costmodel.inputs.record import parse_record
+from costmodel.analysis.plan_prices import add_price, prices_from_option
 from costmodel.analysis.targets import TARGETS, band_note, margins_for, split_targets, tightened
 
 BOUND_TO_CONSTRAINT = {"memory": "bandwidth", "l2": "bandwidth", "compute": "compute",
@@ -64,51 +63,6 @@ DRAFT_BOTTLENECK_SHARE = 0.5
 
 
 # ----------------------------------------------------------------------------- inputs
-
-def load_prices(path) -> dict:
-    """Prices YAML -> {'currency', 'source', 'prices': {hardware id: price per device-hour}}.
-
-    Format (see scenarios/prices_example.yaml)::
-
-        currency: USD
-        source: "where the figures come from, or 'illustrative'"
-        prices:                     # per device-hour
-          h100-sxm: 3.00
-          a100-80gb: {per_device_hour: 1.80, source: "..."}
-    """
-    from costmodel.inputs.file_kind import refuse_other_kind
-    from costmodel.inputs.specs import load_yaml
-    data = load_yaml(path)
-    src = str(path)
-    refuse_other_kind(data, src, "prices")
-    if not isinstance(data, dict) or not isinstance(data.get("prices"), dict) or not data["prices"]:
-        raise InputError("a prices file needs a 'prices' mapping of hardware id: price per device-hour",
-                         source=src, field="prices")
-    unknown = sorted(set(data) - {"name", "currency", "source", "notes", "prices"})
-    if unknown:
-        raise InputError("unknown field", source=src, field=unknown[0],
-                         allowed="name, currency, source, notes, prices")
-    return {"currency": str(data.get("currency", "USD")), "source": str(data.get("source", "")),
-            "prices": price_table(data["prices"], src)}
-
-
-#: largest price per device-hour accepted (a unit mistake beyond this)
-MAX_PRICE = 1e6
-
-
-def price_table(prices: dict, src: str = "prices") -> dict:
-    """{hardware id: price per device-hour}: each a finite number in 0..MAX_PRICE (or a mapping with
-    ``per_device_hour``)."""
-    out = {}
-    for hw, v in prices.items():
-        x = v.get("per_device_hour") if isinstance(v, dict) else v
-        ok = not isinstance(x, bool) and isinstance(x, (int, float))
-        if not ok or not 0 <= x <= MAX_PRICE:          # also refuses nan, inf and huge integers
-            raise InputError(f"must be a number per device-hour in 0..{MAX_PRICE:g}, got {shown(v)}", source=src,
-                             field=f"prices.{shown_text(str(hw))}")
-        out[str(hw).strip().lower()] = float(x)
-    return out
-
 
 def _int_option(options, key, default, lo=1, hi=1 << 20):
     v = options.get(key, default)
@@ -264,6 +218,8 @@ def _rank_key(row, batch_fixed):
 
 
 def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch, with_margin=False) -> dict:
+    """The plan on one hardware: device configurations tried in order of device count (the batch searched
+    in each unless fixed), stopping past the first count with a feasible one; the best of them."""
     goal = ("fit and meet the target" + ("s" if len(targets) > 1 else "")
             + (" with the safety margin" if with_margin else "")) if targets else "fit"
     draft = rec_fields.get("draft_model")
@@ -282,17 +238,39 @@ def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch, with_mar
         if row["feasible"] and (answer is None or _rank_key(row, batch_fixed) < _rank_key(answer, batch_fixed)):
             answer = row
     if answer is None:
-        best = min(tried, key=lambda r: (not r["fits"], r["time_per_output_token_s"]))
-        out = dict(best, feasible=False, binding_constraint=best["why_not"])
-        out["reason"] = (f"no configuration within {max_devices} devices can {goal}; the "
-                         f"closest ({best['n_devices']} devices, TP {best['tensor_parallel']} × PP "
-                         f"{best['pipeline_parallel']}) fails on {best['why_not']}" if not devices_fixed else
-                         f"{best['n_devices']} device(s) fail on {best['why_not']}")
-        out["reason"] += f" ({_explain(best, best['why_not'], targets, draft)})"
-        out["next_step"] = ("raise --max-devices, use a smaller weight_dtype or a larger device"
-                            if best["why_not"] == "memory_capacity" else
-                            "relax the target, or try other hardware (hardware=a,b,c) or a smaller draft")
-        return _finish(out, tried, targets)
+        return _finish(_infeasible(tried, targets, goal, draft, max_devices, devices_fixed), tried, targets)
+    out = _feasible(answer, by_n, targets, goal, draft, max_batch, batch_fixed, devices_fixed)
+    if out.get("binding_constraint") != "draft_model" and draft and _draft_share(answer) > DRAFT_BOTTLENECK_SHARE:
+        # the draft dominates the chosen step: it, not the target, bounds the time per token (and so the
+        # device count whenever that was set by a time target rather than by memory or the batch limit)
+        out["step_bound_by"] = "draft_model"
+        if out.get("binding_constraint") not in ("memory_capacity", "max_batch"):
+            out["binding_constraint"] = "draft_model"
+        out["reason"] += f"; the draft binds the step: {_explain(answer, 'draft_model', {}, draft)}"
+    _speculation_note(out, answer)
+    return _finish(out, tried, targets)
+
+
+def _infeasible(tried: list, targets: dict, goal: str, draft, max_devices: int, devices_fixed: bool) -> dict:
+    """The answer when no configuration is feasible: the closest one (fits first, then the shortest
+    time per token), what it fails on and the next step to take."""
+    best = min(tried, key=lambda r: (not r["fits"], r["time_per_output_token_s"]))
+    out = dict(best, feasible=False, binding_constraint=best["why_not"])
+    out["reason"] = (f"no configuration within {max_devices} devices can {goal}; the "
+                     f"closest ({best['n_devices']} devices, TP {best['tensor_parallel']} × PP "
+                     f"{best['pipeline_parallel']}) fails on {best['why_not']}" if not devices_fixed else
+                     f"{best['n_devices']} device(s) fail on {best['why_not']}")
+    out["reason"] += f" ({_explain(best, best['why_not'], targets, draft)})"
+    out["next_step"] = ("raise --max-devices, use a smaller weight_dtype or a larger device"
+                        if best["why_not"] == "memory_capacity" else
+                        "relax the target, or try other hardware (hardware=a,b,c) or a smaller draft")
+    return out
+
+
+def _feasible(answer: dict, by_n: dict, targets: dict, goal: str, draft, max_batch: int, batch_fixed: bool,
+              devices_fixed: bool) -> dict:
+    """The chosen configuration with its binding constraint and reason: what fails with one device
+    fewer, else what limits the batch, else what bounds the step."""
     out = dict(answer)
     n = answer["n_devices"]
     smaller = [m for m in by_n if m < n]
@@ -317,15 +295,7 @@ def _plan_one(rec_fields, targets, parallelism, max_devices, max_batch, with_mar
                          "one device suffices") + f"; its step time is bound by {out['binding_constraint']}"
         if out["binding_constraint"] == "draft_model":
             out["reason"] += f" ({_explain(answer, 'draft_model', {}, draft)})"
-    if out.get("binding_constraint") != "draft_model" and draft and _draft_share(answer) > DRAFT_BOTTLENECK_SHARE:
-        # the draft dominates the chosen step: it, not the target, bounds the time per token (and so the
-        # device count whenever that was set by a time target rather than by memory or the batch limit)
-        out["step_bound_by"] = "draft_model"
-        if out.get("binding_constraint") not in ("memory_capacity", "max_batch"):
-            out["binding_constraint"] = "draft_model"
-        out["reason"] += f"; the draft binds the step: {_explain(answer, 'draft_model', {}, draft)}"
-    _speculation_note(out, answer)
-    return _finish(out, tried, targets)
+    return out
 
 
 def _speculation_note(out: dict, answer: dict) -> None:
@@ -375,34 +345,15 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
     """
     if not isinstance(record, dict):
         raise InputError(f"a plan record must be a mapping of field: value, got {type(record).__name__}")
-    rec_fields, t2, opts = split_targets(record)
-    if targets is not None and not isinstance(targets, dict):
-        raise InputError(f"must be a mapping of target: value, got {type(targets).__name__}", field="targets",
-                         allowed="e.g. {'tokens_per_s': 1000, 'e2e_latency_s': 2}")
-    if targets:
-        t2.update(split_targets({k if str(k).startswith("target_") else f"target_{k}": v
-                                 for k, v in targets.items()})[1])
-    targets = t2
-    for key, val in (("prices", prices), ("max_devices", max_devices), ("max_batch", max_batch),
-                     ("parallelism", parallelism), ("margin", margin)):
-        if val is not None:
-            opts[key] = val
-    margins = margins_for(opts.get("margin"), targets, rec_fields.get("batch_size") or None)
-    given_targets, targets = targets, tightened(targets, margins)
+    rec_fields, opts, given_targets, targets, margins = _targets_and_options(
+        record, targets, prices=prices, max_devices=max_devices, max_batch=max_batch, parallelism=parallelism,
+        margin=margin)
     max_devices = _int_option(opts, "max_devices", 64, 1, 4096)
     max_batch = _int_option(opts, "max_batch", 1024, 1, 1 << 20)
     parallelism = str(opts.get("parallelism", "tp_pp")).strip().lower().replace("-", "_")
     if parallelism not in ("tp", "tp_pp"):
         raise InputError(f"unknown value {parallelism!r}", field="parallelism", allowed="tp, tp_pp")
-    price_info = None
-    if opts.get("prices") is not None:
-        p = opts["prices"]
-        if isinstance(p, dict) and "prices" in p and isinstance(p["prices"], dict):
-            p = p["prices"]
-        if not isinstance(p, (dict, str, os.PathLike)):
-            raise InputError(f"must be a path to a prices YAML or a mapping, got {type(p).__name__}", field="prices")
-        price_info = load_prices(p) if not isinstance(p, dict) else {
-            "currency": "USD", "source": "", "prices": price_table(p)}
+    price_info = prices_from_option(opts.get("prices"))
     hws = _hardware_list(rec_fields.get("hardware"))
     if not hws and price_info:
         hws = sorted(price_info["prices"])
@@ -431,17 +382,32 @@ def plan(record: dict, *, targets: dict | None = None, prices=None, max_devices:
         ans = _plan_one(dict(rec_fields, hardware=hw), targets, parallelism, max_devices, max_batch, bool(margins))
         ans = {"hardware": hw, **ans}
         if price_info is not None:
-            price = price_info["prices"].get(hw.lower())
-            if price is None and len(hws) > 1:
-                raise InputError(f"no price for hardware '{hw}'", field="prices",
-                                 allowed=", ".join(sorted(price_info["prices"])))
-            if price is not None:
-                ans["price_per_device_hour"] = price
-                ans["cost_per_hour"] = price * ans["n_devices_total"]
-                tps = ans.get("tokens_per_s") or 0.0
-                ans["cost_per_million_tokens"] = ans["cost_per_hour"] / (3600.0 * tps) * 1e6 if tps > 0 else None
-                ans["currency"] = price_info["currency"]
+            add_price(ans, hw, price_info, several=len(hws) > 1)
         answers.append(ans)
+    return _cheapest(answers, rec_fields, price_info, given_targets, targets, margins)
+
+
+def _targets_and_options(record: dict, targets, **options) -> tuple:
+    """(record fields, options, targets as given, targets with the margin, margins) from the flat
+    ``record`` and the keyword ``targets`` and options (those not None override the record's)."""
+    rec_fields, t2, opts = split_targets(record)
+    if targets is not None and not isinstance(targets, dict):
+        raise InputError(f"must be a mapping of target: value, got {type(targets).__name__}", field="targets",
+                         allowed="e.g. {'tokens_per_s': 1000, 'e2e_latency_s': 2}")
+    if targets:
+        t2.update(split_targets({k if str(k).startswith("target_") else f"target_{k}": v
+                                 for k, v in targets.items()})[1])
+    targets = t2
+    for key, val in options.items():
+        if val is not None:
+            opts[key] = val
+    margins = margins_for(opts.get("margin"), targets, rec_fields.get("batch_size") or None)
+    return rec_fields, opts, targets, tightened(targets, margins), margins
+
+
+def _cheapest(answers: list, rec_fields: dict, price_info, given_targets: dict, targets: dict, margins) -> dict:
+    """The best answer (feasible first, then cheapest: cost per hour at a fixed batch, else per million
+    tokens, else the fewest devices), with the other options, the prices' source and the margins."""
     batch_fixed = rec_fields.get("batch_size") not in (None, "")
 
     def cost_key(a):

@@ -162,7 +162,7 @@ def strategy_variants(fields: dict, families=None) -> list:
         elif fam == "speculative":
             draft = fields.get("draft_model")
             if not draft:
-                from costmodel.analysis.recommend import compatible_drafts
+                from costmodel.analysis.recommend_variants import compatible_drafts
                 ds = compatible_drafts(fields["model"])
                 draft = ds[0] if ds else "none"
             places = [fields["draft_placement"]] if fields.get("draft_placement") else \
@@ -307,25 +307,7 @@ def plan_under_load(fields: dict, *, hardware: list, price_info=None, max_device
                     families=None) -> dict:
     """The deployment with the fewest devices (or the lowest cost) serving ``request_rate`` within
     the SLOs; see the module docstring."""
-    from costmodel.serving.workload import WORKLOAD_FIELDS
-    wl = {k: fields[k] for k in WORKLOAD_FIELDS if k in fields and fields[k] not in (None, "")}
-    rec = {k: v for k, v in fields.items() if k not in WORKLOAD_FIELDS and k not in ("batch_size",)}
-    for k in ("prompt_len", "gen_len"):
-        if k in fields:
-            wl[k] = fields[k]
-    if not any(wl.get(k) not in (None, "") for k in SLO_FIELDS):
-        raise InputError("planning under load needs slo_ttft_s and/or slo_tpot_s", field="slo_ttft_s")
-    try:
-        rate = float(wl.pop("request_rate"))
-    except (TypeError, ValueError):
-        raise InputError("must be a number of requests per second", field="request_rate") from None
-    if not math.isfinite(rate) or rate <= 0:
-        raise InputError(f"must be a positive, finite rate, got {rate:g}", field="request_rate")
-    for k in ("replicas", "max_concurrency", "prefill_instances", "decode_instances", "duration_s"):
-        if k in wl:
-            raise InputError("planning under load chooses the replicas of an open-loop Poisson stream",
-                             field=k, allowed="leave it out")
-    wl.setdefault("num_requests", NUM_REQUESTS)
+    rec, wl, rate = _record_and_workload(fields)
     answers, all_rows = [], []
     for hw in hardware:
         price = price_info["prices"].get(hw.lower()) if price_info else None
@@ -360,6 +342,41 @@ def plan_under_load(fields: dict, *, hardware: list, price_info=None, max_device
     for k in ("price_per_device_hour", "cost_per_hour", "verified"):
         if k in best:
             out[k] = best[k]
+    out["reason"] = _under_load_reason(best, all_rows, rate, slo_words)
+    if len(answers) > 1:
+        out["options"] = [_public(a) | {k: a[k] for k in ("cost_per_hour",) if k in a} for a in answers]
+    out["candidates"] = cands
+    return out
+
+
+def _record_and_workload(fields: dict) -> tuple[dict, dict, float]:
+    """(record fields, workload fields, request rate) of a plan under load, the workload checked: SLOs
+    given, a positive finite rate, no replica or instance counts (the plan chooses them)."""
+    from costmodel.serving.workload import WORKLOAD_FIELDS
+    wl = {k: fields[k] for k in WORKLOAD_FIELDS if k in fields and fields[k] not in (None, "")}
+    rec = {k: v for k, v in fields.items() if k not in WORKLOAD_FIELDS and k not in ("batch_size",)}
+    for k in ("prompt_len", "gen_len"):
+        if k in fields:
+            wl[k] = fields[k]
+    if not any(wl.get(k) not in (None, "") for k in SLO_FIELDS):
+        raise InputError("planning under load needs slo_ttft_s and/or slo_tpot_s", field="slo_ttft_s")
+    try:
+        rate = float(wl.pop("request_rate"))
+    except (TypeError, ValueError):
+        raise InputError("must be a number of requests per second", field="request_rate") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise InputError(f"must be a positive, finite rate, got {rate:g}", field="request_rate")
+    for k in ("replicas", "max_concurrency", "prefill_instances", "decode_instances", "duration_s"):
+        if k in wl:
+            raise InputError("planning under load chooses the replicas of an open-loop Poisson stream",
+                             field=k, allowed="leave it out")
+    wl.setdefault("num_requests", NUM_REQUESTS)
+    return rec, wl, rate
+
+
+def _under_load_reason(best: dict, all_rows: list, rate: float, slo_words: str) -> str:
+    """Why the chosen deployment: what one replica sustains and what binds it above that rate, the best
+    smaller TP and the best other strategy at the same TP, and whether the whole still misses the SLOs."""
     reason = (f"{best['replicas']} replica(s) × TP {best['tensor_parallel']} of {_cfg_words(best)} on "
               f"{best['hardware']} = {best['n_devices_total']} devices for {rate:g} req/s: one replica sustains "
               f"{best['max_rate_per_replica']:.3g} req/s within {slo_words}; above that rate it is bound by "
@@ -378,11 +395,7 @@ def plan_under_load(fields: dict, *, hardware: list, price_info=None, max_device
                    f"per replica ({a['binding_constraint']})")
     if not best["verified"]["meets_slo"]:
         reason += "; the whole deployment still misses the SLOs in simulation (see verified)"
-    out["reason"] = reason
-    if len(answers) > 1:
-        out["options"] = [_public(a) | {k: a[k] for k in ("cost_per_hour",) if k in a} for a in answers]
-    out["candidates"] = cands
-    return out
+    return reason
 
 
 def recommend_under_load(fields: dict, *, max_devices: int = 8) -> dict:

@@ -84,7 +84,7 @@ def _pick_metric(e: dict, metric: str, shape) -> np.ndarray:
 
 
 def _fields_with_alpha(fields: dict) -> tuple[dict, str]:
-    from costmodel.analysis.recommend import acceptance_of
+    from costmodel.analysis.recommend_variants import acceptance_of
     a, note = acceptance_of(fields)
     return fields, (f"α = {a:.2f}" + (" (assumed)" if note and "assumed" in note else ""))
 
@@ -142,7 +142,7 @@ def decision_map_data(fields: dict, batch_sizes=DEFAULT_BATCHES, contexts=None,
                       objective: str = "tokens_per_s") -> dict:
     """Winner, margin and per-family objective on the batch × context grid (rows = contexts;
     default: DEFAULT_CONTEXTS within the model's max_context)."""
-    from costmodel.analysis.recommend import evaluate_families
+    from costmodel.analysis.recommend_variants import evaluate_families
     from costmodel.inputs.record import parse_record
     _need(fields, "model", "hardware")
     f = dict(fields)
@@ -178,10 +178,9 @@ def decision_map(fields: dict, output: str, batch_sizes=None, contexts=None,
                  objective: str = "tokens_per_s") -> dict:
     """Write the decision map PNG to ``output``; returns the data (see :func:`decision_map_data`).
     Axes not given default to the region where the model fits on the device (:func:`fitting_axes`)."""
-    from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
 
-    from costmodel.analysis.recommend import OBJECTIVES
+    from costmodel.analysis.recommend_variants import OBJECTIVES
     plt = _plt()
     fields, alpha_txt = _fields_with_alpha(fields)
     if batch_sizes is None or contexts is None:
@@ -192,17 +191,7 @@ def decision_map(fields: dict, output: str, batch_sizes=None, contexts=None,
     d = decision_map_data(fields, batch_sizes, contexts, objective)
     names, win, margin, fits = d["names"], d["winner"], d["margin"], d["fits"]
     ny, nx = win.shape
-    img = np.ones((ny, nx, 3))
-    for i in range(ny):
-        for j in range(nx):
-            if not fits[i, j]:
-                img[i, j] = (0.85, 0.85, 0.85)
-                continue
-            base = np.array(to_rgb(COLORS[names[win[i, j]]]))
-            m = margin[i, j]
-            t = 1.0 if not math.isfinite(m) else min(1.0, max(0.0, math.log(m) / math.log(FULL_MARGIN)))
-            shade = 0.3 + 0.7 * t
-            img[i, j] = 1.0 - shade * (1.0 - base)
+    img = _map_colours(names, win, margin, fits)
     fig, ax = plt.subplots(figsize=(1.0 * nx + 3.2, 0.62 * ny + 2.4), dpi=120)
     ax.imshow(img, origin="lower", aspect="auto", interpolation="nearest")
     for i in range(ny):
@@ -211,15 +200,8 @@ def decision_map(fields: dict, output: str, batch_sizes=None, contexts=None,
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#999999",
                                            linewidth=0))
                 continue
-            m = margin[i, j]
-            cfg = d["configs"][i, j]
-            sub = ""
-            if "gamma" in cfg:
-                sub = f"γ={cfg['gamma']}"
-            elif "tree_nodes" in cfg:
-                sub = f"{cfg.get('draft_model', '')[:6]} T={cfg['tree_nodes']}"
-            txt = ("only fit" if not math.isfinite(m) else f"{m:.2f}×") + (f"\n{sub}" if sub else "")
-            ax.text(j, i, txt, ha="center", va="center", fontsize=7, color="black")
+            ax.text(j, i, _cell_text(margin[i, j], d["configs"][i, j]), ha="center", va="center", fontsize=7,
+                    color="black")
     ax.set_xticks(range(nx), [str(b) for b in d["batch_sizes"]])
     ax.set_yticks(range(ny), [f"{c:,}" for c in d["contexts"]])
     ax.set_xlabel("batch size (sequences decoding together)")
@@ -236,6 +218,35 @@ def decision_map(fields: dict, output: str, batch_sizes=None, contexts=None,
     save_figure(fig, output)
     plt.close(fig)
     return d
+
+
+def _map_colours(names: list, win, margin, fits) -> np.ndarray:
+    """RGB per cell: the winner's colour, paler the smaller its margin over the runner-up (full colour
+    from ``FULL_MARGIN``×: shade = 0.3 + 0.7 · min(1, ln m / ln FULL_MARGIN)); grey where nothing fits."""
+    from matplotlib.colors import to_rgb
+    ny, nx = win.shape
+    img = np.ones((ny, nx, 3))
+    for i in range(ny):
+        for j in range(nx):
+            if not fits[i, j]:
+                img[i, j] = (0.85, 0.85, 0.85)
+                continue
+            base = np.array(to_rgb(COLORS[names[win[i, j]]]))
+            m = margin[i, j]
+            t = 1.0 if not math.isfinite(m) else min(1.0, max(0.0, math.log(m) / math.log(FULL_MARGIN)))
+            shade = 0.3 + 0.7 * t
+            img[i, j] = 1.0 - shade * (1.0 - base)
+    return img
+
+
+def _cell_text(m: float, cfg: dict) -> str:
+    """A cell's text: the margin over the runner-up ("only fit" when alone), and the winner's γ or tree."""
+    sub = ""
+    if "gamma" in cfg:
+        sub = f"γ={cfg['gamma']}"
+    elif "tree_nodes" in cfg:
+        sub = f"{cfg.get('draft_model', '')[:6]} T={cfg['tree_nodes']}"
+    return ("only fit" if not math.isfinite(m) else f"{m:.2f}×") + (f"\n{sub}" if sub else "")
 
 
 # --------------------------------------------------------------------------- roofline
@@ -294,25 +305,7 @@ def roofline(fields: dict, output: str) -> dict:
         size = 30 + 250 * min(1.0, o["time_s"] / max(x["time_s"] for x in d["ops"] if x["phase"] == o["phase"]))
         ax.scatter(o["intensity"], o["flops_per_s"] / 1e12, marker=marker, s=size, color=color, alpha=0.75,
                    edgecolor="black", linewidth=0.5, label=lab, zorder=3)
-    # one label per cluster of operators at about the same intensity, per phase
-    labels = []
-    for phase in dict.fromkeys(o["phase"] for o in d["ops"]):
-        ops = sorted((o for o in d["ops"] if o["phase"] == phase), key=lambda o: o["intensity"])
-        clusters = []
-        for o in ops:
-            if clusters and o["intensity"] / clusters[-1][-1]["intensity"] < 1.3:
-                clusters[-1].append(o)
-            else:
-                clusters.append([o])
-        _, color = PHASE_STYLE.get(phase, ("o", "gray"))
-        total = sum(o["time_s"] for o in ops)
-        for cl in clusters:
-            t_cl = sum(o["time_s"] for o in cl)
-            if t_cl < 0.08 * total:       # label only what takes time
-                continue
-            names = ", ".join(dict.fromkeys(SHORT.get(o["name"], o["name"]) for o in cl))
-            top = max(cl, key=lambda o: o["time_s"])
-            labels.append((t_cl / total, names, top["intensity"], top["flops_per_s"] / 1e12, color))
+    labels = _cluster_labels(d["ops"])
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(0.1, max([1e4] + [o["intensity"] * 4 for o in d["ops"]]))
@@ -332,6 +325,30 @@ def roofline(fields: dict, output: str) -> dict:
     save_figure(fig, output)
     plt.close(fig)
     return d
+
+
+def _cluster_labels(ops_all: list) -> list:
+    """One label per cluster of operators at about the same intensity (within 1.3×), per phase, for the
+    clusters taking at least 8 % of their phase's time: (time share, names, intensity, TFLOP/s, colour)."""
+    labels = []
+    for phase in dict.fromkeys(o["phase"] for o in ops_all):
+        ops = sorted((o for o in ops_all if o["phase"] == phase), key=lambda o: o["intensity"])
+        clusters = []
+        for o in ops:
+            if clusters and o["intensity"] / clusters[-1][-1]["intensity"] < 1.3:
+                clusters[-1].append(o)
+            else:
+                clusters.append([o])
+        _, color = PHASE_STYLE.get(phase, ("o", "gray"))
+        total = sum(o["time_s"] for o in ops)
+        for cl in clusters:
+            t_cl = sum(o["time_s"] for o in cl)
+            if t_cl < 0.08 * total:       # label only what takes time
+                continue
+            names = ", ".join(dict.fromkeys(SHORT.get(o["name"], o["name"]) for o in cl))
+            top = max(cl, key=lambda o: o["time_s"])
+            labels.append((t_cl / total, names, top["intensity"], top["flops_per_s"] / 1e12, color))
+    return labels
 
 
 #: where a label may go around its point (points: right/left, above/below, then further out)
@@ -390,7 +407,7 @@ def sweep_data(fields: dict, axis: str, values: list, metric: str = "tokens_per_
                objective: str = "tokens_per_s", strategies=None) -> dict:
     """Per strategy family (each tuned per point for ``objective``): ``metric`` at each axis value."""
     from costmodel.engine.evaluate import NUMERIC_AXES
-    from costmodel.analysis.recommend import evaluate_families, variants
+    from costmodel.analysis.recommend_variants import evaluate_families, variants
     _need(fields, "model", "hardware") if axis not in ("model", "hardware") else None
     out = {}
     if axis in NUMERIC_AXES and axis not in ("acceptance_rate", "mean_accepted_tokens"):

@@ -166,20 +166,7 @@ def probe_gpu(quick: bool = False):
     spread = {}
 
     def timed(fn, reps, key=""):
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        best = max(min(times), 1e-9)
-        if key:
-            spread[key] = max(times) / best
-        return best
+        return _cuda_best_time(torch, fn, reps, spread, key)
 
     reps = 3 if quick else 10
     nb = (256 if quick else 1024) * 1024 ** 2
@@ -215,6 +202,25 @@ def probe_gpu(quick: bool = False):
             "method": f"PyTorch {torch.__version__}: copy of {nb / 2 ** 20:.0f} MiB, {n}x{n} fp16 and {n32}x{n32} "
                       "fp32 (TF32 off) matmuls, CUDA events",
             "fp16_note": "measured fp16 matmul (fp32 accumulate)"}
+
+
+def _cuda_best_time(torch, fn, reps: int, spread: dict, key: str = "") -> float:
+    """Best of ``reps`` runs of ``fn`` on the GPU (after one warm-up), timed with CUDA events, in
+    seconds; with ``key``, the spread (slowest / best) goes into ``spread[key]``."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    best = max(min(times), 1e-9)
+    if key:
+        spread[key] = max(times) / best
+    return best
 
 
 def _r(x: float) -> float:

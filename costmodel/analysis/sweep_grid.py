@@ -448,12 +448,6 @@ def check_block(block: Block, arrays: dict, invalid=None, where=None) -> None:
     bad = rules.grid_violations(rec, arrays)
     if bad is None or not np.any(bad):
         return
-    if invalid is not None:
-        for mask, why in reasons:
-            if np.any(mask):
-                for w in (where if isinstance(where, list) else [where]):
-                    invalid.mark(w, why, mask)
-        return
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     pos = np.unravel_index(int(np.argmax(np.broadcast_to(bad, shape))), shape)
     row = {name: arrays[name].reshape(-1)[pos[k] if arrays[name].shape[k] > 1 else 0]

@@ -54,7 +54,6 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     None when the group is not stacked: its record is refused, a device does not load, or it is
     searched row by row. A group refused for every device (they all load) is marked device by
     device, each with its own first row's message."""
-    from costmodel.engine.evaluate import hardware_signature
     from costmodel.inputs.hardware import load_hardware
 
     group = [a for a in axes if not a.numeric]
@@ -77,34 +76,19 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     except InputError:
         if strict or run is not None or hw is None:
             return None                   # the group by group path raises its first row's error
-        try:
-            devices_in({**base, **gvals(0)}.get("power_mode"))
-        except (InputError, TypeError, AttributeError):
-            return None
-        rec = _any_row(base, gvals(0), numeric)
-        if rec is None:                   # no row parses: refused for every device alike
-            blocks = []
-            for j in range(n_hw):
-                try:
-                    _parse({**base, **gvals(j), **first}, list(gvals(j).items()), execs=True)
-                    return None
-                except InputError as exc:
-                    blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),
-                                        invalid=str(exc)))
-            return blocks
-        devices = devices_in(rec.power_mode)
+        got = _first_valid_row(base, numeric, first, index, n_hw, gvals, devices_in)
+        if got is None or isinstance(got, list):
+            return got
+        rec, devices = got
     if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
         return None
-    ns = [rec.n_devices]
-    for c in counts[1:]:                  # the run's other device counts (they parse: device_runs)
-        ns.append(_parse({**base, **gvals(0, c), **first}, list(gvals(0, c).items())).n_devices)
-    parts: dict = {}
-    for j, d in enumerate(devices):
-        parts.setdefault(None if d is None else hardware_signature(rec, d), []).append(j)
+    # the run's other device counts (they parse: device_runs)
+    ns = [rec.n_devices] + [_parse({**base, **gvals(0, c), **first}, list(gvals(0, c).items())).n_devices
+                            for c in counts[1:]]
     loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
     vec = [a.name for a in axes if a is hw or a is nd or (a.numeric and a not in loop)]
     blocks = []
-    for members in parts.values():
+    for members in _by_signature(rec, devices).values():
         g = gvals(members[0])
         for lidx in itertools.product(*(range(len(a.values)) for a in loop)):
             lvals = {a.name: a.values[i] for a, i in zip(loop, lidx)}
@@ -119,6 +103,46 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
             blocks.append(Block(r, {**index, **dict(zip((a.name for a in loop), lidx))}, vec, label=_label(pairs),
                                 members=m, stack=() if hw is None else tuple(devices[j] for j in members),
                                 counts=tuple(ns) if nd is not None else ()))
+    _canonical_values(group, index, rec, hw, nd, counts, ns)
+    return blocks
+
+
+def _by_signature(rec, devices: list) -> dict:
+    """{signature: indices of the devices the engine prices alike for ``rec``} (one group, None, when
+    the sweep has no hardware axis)."""
+    from costmodel.engine.evaluate import hardware_signature
+    parts: dict = {}
+    for j, d in enumerate(devices):
+        parts.setdefault(None if d is None else hardware_signature(rec, d), []).append(j)
+    return parts
+
+
+def _first_valid_row(base: dict, numeric: list, first: dict, index: dict, n_hw: int, gvals, devices_in):
+    """A non-strict sweep whose group's first row is refused: (a row's record that parses, the devices
+    loaded for it); when no row parses, the blocks marking each device's rows refused with its own
+    first row's message; None when the group must go group by group (a device does not load, or a
+    device's first row parses after all)."""
+    try:
+        devices_in({**base, **gvals(0)}.get("power_mode"))
+    except (InputError, TypeError, AttributeError):
+        return None
+    rec = _any_row(base, gvals(0), numeric)
+    if rec is None:                   # no row parses: refused for every device alike
+        blocks = []
+        for j in range(n_hw):
+            try:
+                _parse({**base, **gvals(j), **first}, list(gvals(j).items()), execs=True)
+                return None
+            except InputError as exc:
+                blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),
+                                    invalid=str(exc)))
+        return blocks
+    return rec, devices_in(rec.power_mode)
+
+
+def _canonical_values(group: list, index: dict, rec, hw, nd, counts, ns) -> None:
+    """Write back the axis values as the record canonicalises them: the group's open values, the
+    hardware ids (stripped) and the run's device counts."""
     for a in group:
         i = index.get(a.name)
         if i is not None and a.values[i] is None:
@@ -128,4 +152,3 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     if nd is not None:
         for c, n in zip(counts, ns):
             nd.values[c] = canonical_value(n)
-    return blocks

@@ -51,12 +51,9 @@ What the fitted parameters stand for (see validation/REPORT.md for values):
 from __future__ import annotations
 
 import dataclasses
-import datetime
-from pathlib import Path
 
 import numpy as np
 
-from costmodel.inputs.outputs import atomic_text
 from costmodel.inputs.runtime import Runtime, load_runtime
 from costmodel.calibration.validate import SIZE_METRICS, Measurement, load_measurements, predict, predict_arrays, row_result
 
@@ -194,8 +191,6 @@ def fit_runtime(rt_id: str, ms: list[Measurement], grid_cache: dict | None = Non
     """Fit ``FIT_PARAMS[rt_id]`` on the runtime's calibration rows in ``ms``: the best point of a grid
     (predictions cached per row in ``grid_cache``, so refitting a fold costs no new grid), then
     ``scipy.optimize.least_squares`` from there. No rows (or no parameters): the priors."""
-    from scipy.optimize import least_squares
-
     all_names = FIT_PARAMS.get(rt_id, ())
     rows = [m for m in fit_rows(ms) if m.runtime == rt_id]
     prior = PRIORS.get(rt_id, {})
@@ -208,6 +203,24 @@ def fit_runtime(rt_id: str, ms: list[Measurement], grid_cache: dict | None = Non
     ev = _Evaluator(rt_id, rows, names)
     lo = np.asarray([BOUNDS[n][0] for n in names])
     hi = np.asarray([BOUNDS[n][1] for n in names])
+    start, loss = _grid_start(rt_id, rows, names, ev, lo, hi, grid_cache)
+    theta, cost, rms = start, float(0.5 * F_SCALE ** 2 * loss.min()), None
+    if max_nfev:
+        x0 = np.clip(start / ev.scale, lo / ev.scale + 1e-9, hi / ev.scale - 1e-9)
+        theta, cost, rms = _least_squares(ev, x0, lo, hi, max_nfev)
+    # a parameter that ends on its bound is reported as the bound (not as 1e-16 of numerical noise)
+    span = hi - lo
+    theta = np.where(np.abs(theta - lo) < 1e-6 * span, lo, np.where(np.abs(theta - hi) < 1e-6 * span, hi, theta))
+    params = {n: float(v) for n, v in zip(names, theta)}
+    params.update(kept)
+    return {"params": {n: params[n] for n in all_names}, "n_rows": len(rows),
+            "rows": [m.id for m in rows], "fitted": True, "cost": cost, "rms_log_error": rms,
+            "kept_prior": sorted(kept)}
+
+
+def _grid_start(rt_id: str, rows: list, names: tuple, ev, lo, hi, grid_cache) -> tuple:
+    """(start point, loss per point of its grid): the best point of the start grid (each row's
+    predictions cached in ``grid_cache``), or of a finer grid over its neighbouring cells if better."""
     grid = _grid(names)
     cache = {} if grid_cache is None else grid_cache
     res_rows = []
@@ -226,39 +239,35 @@ def fit_runtime(rt_id: str, ms: list[Measurement], grid_cache: dict | None = Non
     fine_loss = _soft_l1(ev.residuals(fine)).sum(axis=0)
     if fine_loss.min() < loss.min():
         start, loss = fine[np.argmin(fine_loss)], fine_loss
-    x0 = np.clip(start / ev.scale, lo / ev.scale + 1e-9, hi / ev.scale - 1e-9)
-    theta, cost, rms = start, float(0.5 * F_SCALE ** 2 * loss.min()), None
-    if max_nfev:
-        h = 1e-4
-        memo = {}
+    return start, loss
 
-        def both(x):
-            # residuals at x and at x + h·e_j in one vectorised evaluation (the Jacobian comes free)
-            k = tuple(np.round(x, 12))
-            if k not in memo:
-                pts = [x] + [x + h * np.eye(len(x))[j] for j in range(len(x))]
-                r = ev.residuals(np.asarray(pts) * ev.scale)
-                memo.clear()
-                memo[k] = (r[:, 0], (r[:, 1:] - r[:, :1]) / h)
-            return memo[k]
 
-        def fun(x):
-            return both(x)[0]
+def _least_squares(ev, x0, lo, hi, max_nfev: int) -> tuple:
+    """(θ, cost, rms log error) of ``scipy.optimize.least_squares`` (soft-L1, bounded) from ``x0`` in
+    scaled units, with the Jacobian by forward differences from the same vectorised evaluation."""
+    from scipy.optimize import least_squares
+    h = 1e-4
+    memo = {}
 
-        def jac(x):
-            return both(x)[1]
+    def both(x):
+        # residuals at x and at x + h·e_j in one vectorised evaluation (the Jacobian comes free)
+        k = tuple(np.round(x, 12))
+        if k not in memo:
+            pts = [x] + [x + h * np.eye(len(x))[j] for j in range(len(x))]
+            r = ev.residuals(np.asarray(pts) * ev.scale)
+            memo.clear()
+            memo[k] = (r[:, 0], (r[:, 1:] - r[:, :1]) / h)
+        return memo[k]
 
-        sol = least_squares(fun, x0, jac=jac, bounds=(lo / ev.scale, hi / ev.scale), loss="soft_l1",
-                            f_scale=F_SCALE, xtol=1e-3, ftol=1e-5, max_nfev=max_nfev)
-        theta, cost, rms = sol.x * ev.scale, float(sol.cost), float(np.sqrt(np.mean(sol.fun ** 2)))
-    # a parameter that ends on its bound is reported as the bound (not as 1e-16 of numerical noise)
-    span = hi - lo
-    theta = np.where(np.abs(theta - lo) < 1e-6 * span, lo, np.where(np.abs(theta - hi) < 1e-6 * span, hi, theta))
-    params = {n: float(v) for n, v in zip(names, theta)}
-    params.update(kept)
-    return {"params": {n: params[n] for n in all_names}, "n_rows": len(rows),
-            "rows": [m.id for m in rows], "fitted": True, "cost": cost, "rms_log_error": rms,
-            "kept_prior": sorted(kept)}
+    def fun(x):
+        return both(x)[0]
+
+    def jac(x):
+        return both(x)[1]
+
+    sol = least_squares(fun, x0, jac=jac, bounds=(lo / ev.scale, hi / ev.scale), loss="soft_l1",
+                        f_scale=F_SCALE, xtol=1e-3, ftol=1e-5, max_nfev=max_nfev)
+    return sol.x * ev.scale, float(sol.cost), float(np.sqrt(np.mean(sol.fun ** 2)))
 
 
 #: a parameter moves no row's prediction by more than this (|Δ ln|, over its whole bounded range):
@@ -399,118 +408,3 @@ def ablate(ms: list[Measurement], by: str = "publication", names=None) -> list:
         finally:
             g.update(saved)
     return out
-
-
-# ------------------------------------------------------------------------------------------- writing
-
-def today() -> str:
-    return datetime.date.today().isoformat()
-
-
-def provenance(fit_entry: dict, split: str, date: str | None = None) -> str:
-    return (f"fitted by costmodel validate --fit on {split}, {date or today()}, {fit_entry['n_rows']} rows "
-            f"(soft-L1 log error; grid + scipy.optimize.least_squares); held-out errors in validation/REPORT.md")
-
-
-def fmt_value(v: float) -> str:
-    """A YAML float that PyYAML reads back as a float (dot and signed exponent)."""
-    v = float(v)
-    if v == 0:
-        return "0.0"
-    if 0.01 <= abs(v) < 1e4:
-        t = f"{v:.4g}"
-        return t if ("." in t or "e" in t) else t + ".0"
-    m, e = f"{v:.4e}".split("e")
-    return f"{m}e{int(e):+03d}"
-
-
-def write_runtime_yaml(path, fit_entry: dict, split: str, date: str | None = None) -> bool:
-    """Replace ``value`` and ``source`` of each fitted parameter in one runtime YAML, keeping the rest
-    of the file as it is. Returns True when the file changed."""
-    import re
-
-    if not fit_entry.get("fitted"):
-        return False
-    p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    new = text
-    src = provenance(fit_entry, split, date).replace('"', "'")
-    for name, v in fit_entry["params"].items():
-        line = f'{name}: {{value: {fmt_value(v)}, source: "{src}"}}'
-        pat = re.compile(rf"^{re.escape(name)}:\s*\{{.*\}}\s*$", re.M)
-        new = pat.sub(lambda _m: line, new, count=1) if pat.search(new) else new.rstrip("\n") + "\n" + line + "\n"
-    if new != text:
-        atomic_text(p, new)
-    return new != text
-
-
-def write_fit(loso: dict, split: str, out_dir, runtimes_dir=None, date: str | None = None) -> list:
-    """Write the all-rows fit into ``runtimes/<id>.yaml`` and the fit record ``calibration.yaml``."""
-    import yaml
-
-    from costmodel.inputs.specs import zoo_dir
-    rdir = Path(runtimes_dir) if runtimes_dir else zoo_dir("runtimes")
-    written = []
-    for rt_id, entry in sorted(loso["full_fit"].items()):
-        path = rdir / f"{rt_id}.yaml"
-        if path.is_file() and write_runtime_yaml(path, entry, split, date):
-            written.append(str(path))
-    from costmodel.calibration.validate import summarize
-    s = summarize(loso["rows"])
-    rec = {
-        "written_by": "costmodel validate --fit",
-        "date": date or today(),
-        "split": split,
-        "procedure": "per runtime: grid, finer grid, scipy.optimize.least_squares (trf, soft_l1, f_scale 0.1) on "
-                     "ln(predicted/measured) of the runtime's timing rows; held-out errors by leave-one-"
-                     f"{'table (source_group)' if loso['by'] == 'group' else 'publication'}-out",
-        "fitted": {r: {"params": {k: float(v) for k, v in e["params"].items()}, "n_rows": e["n_rows"],
-                       "rms_log_error": e.get("rms_log_error"), "rows": e["rows"]}
-                   for r, e in sorted(loso["full_fit"].items()) if e.get("fitted")},
-        "not_fitted": sorted(r for r, e in loso["full_fit"].items() if not e.get("fitted")),
-        "held_out": {k: s[k] for k in ("n", "median_abs_rel_error", "p90_abs_rel_error", "within_25pct")},
-        "folds": [{"held_out": f["held_out"], "n_rows": f["n_rows"],
-                   "refitted": {r: {"params": v["params"], "n_rows": v["n_rows"]} for r, v in f["refitted"].items()}}
-                  for f in loso["folds"]],
-    }
-    out = Path(out_dir) / "calibration.yaml"
-    atomic_text(out, "# written by `costmodel validate --fit`: runtime parameters fitted on the validation data\n"
-                + yaml.safe_dump(_plain(rec), sort_keys=False, width=110, default_flow_style=None))
-    written.append(str(out))
-    return written
-
-
-def _plain(x):
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        return float(round(float(x), 6)) if abs(float(x)) >= 1e-3 or x == 0 else float(f"{float(x):.6g}")
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
-
-
-def write_error_band(summary: dict, path, date: str | None = None, by: str = "publication") -> str:
-    """``error_band.yaml``: the held-out error band the claim checker uses (overall and per metric)."""
-    def band(s, within=False):
-        return (f"{{n: {s['n']}, median_abs_rel_error: {s['median_abs_rel_error']:.4f}, "
-                f"p90_abs_rel_error: {s['p90_abs_rel_error']:.4f}"
-                + (f", within_25pct: {s['within_25pct']:.4f}" if within else "") + "}")
-    what = "leave-one-table-out" if by == "group" else "leave-one-publication-out"
-    lines = ["# written by `costmodel validate --report`; held-out errors",
-             f'source: "{what} held-out errors of costmodel validate, {date or today()}"',
-             f"overall: {band(summary, within=True)}", "by_metric:"]
-    for k, s in summary["by_metric"].items():
-        if s["n"]:
-            lines.append(f"  {k}: {band(s)}")
-    lines.append("by_metric_regime:      # batch1_latency: batch_size 1; batched_throughput: batch_size > 1")
-    for k, regs in summary.get("by_metric_regime", {}).items():
-        lines.append(f"  {k}:")
-        for g, s in regs.items():
-            lines.append(f"    {g}: {band(s)}")
-    atomic_text(path, "\n".join(lines) + "\n")
-    return str(path)

@@ -11,14 +11,22 @@ import numpy as np
 
 from costmodel.engine import memory
 from costmodel.engine.evaluate import build_exec
-from costmodel.calibration.calibrate import fmt_value, today, write_error_band
+from costmodel.calibration.fit_files import fmt_value, today, write_error_band
 from costmodel.calibration.validate import Measurement
 from costmodel.inputs.outputs import atomic_path, atomic_text
 
 # ------------------------------------------------------------------------------------------- diagnoses
 
 def diagnose(row: dict, m: Measurement) -> str:
-    """One line on why a row is off (the mechanism), from the row's configuration and source."""
+    """One line on why a row is off (the mechanism), from the row's configuration and source: the first
+    rule that matches, the layout and weight-format rules before the source and setting rules."""
+    return (_diagnose_layout(row, m) or _diagnose_setting(row, m)
+            or "within the spread of the source (assumed lengths, unstated settings)")
+
+
+def _diagnose_layout(row: dict, m: Measurement) -> str | None:
+    """Memory layout and weight formats: fit verdicts and serving-engine kernels, then quantised sizes
+    and kernels (:func:`_diagnose_formats`)."""
     rec, e = m.record, row.get("rel_error")
     g, wd, rt = m.group, rec.weight_dtype, m.runtime
     rate = m.metric in ("tokens_per_s_per_seq", "tokens_per_s")
@@ -53,6 +61,14 @@ def diagnose(row: dict, m: Measurement) -> str:
         return ("the AR baseline is far below the bandwidth roofline (gpt-fast reaches about twice this on an "
                 "A100 with the same code base): GPU variant or settings not comparable; a data problem more "
                 "than a model one")
+    return _diagnose_formats(row, m)
+
+
+def _diagnose_formats(row: dict, m: Measurement) -> str | None:
+    """Quantised weight formats: stored sizes, TRT-LLM's memory layout, weight-only decode kernels."""
+    rec, e = m.record, row.get("rel_error")
+    wd, rt = rec.weight_dtype, m.runtime
+    rate = m.metric in ("tokens_per_s_per_seq", "tokens_per_s")
     if m.metric == "weights_bytes" and wd in ("int4", "int8"):
         return ("quantised layout (runtimes/*.yaml int4_group_size, quantize_embedding, ...): GGUF Q4_K_M keeps "
                 "about half of attn_v/ffn_down in Q6_K, which weight_dtype int4 (= the Q4_0 layout for llama.cpp) "
@@ -86,6 +102,14 @@ def diagnose(row: dict, m: Measurement) -> str:
                     "dequantisation at 8 vector FLOPs/weight would not bind (see validation/README.md)")
         return (f"weight-only {wd} decode kernels spend ALU time unpacking and scaling weights beyond the "
                 "runtime's dequant_flops_per_weight prior")
+    return None
+
+
+def _diagnose_setting(row: dict, m: Measurement) -> str | None:
+    """Sources and settings the model does not represent: all-reduce algorithms, long-context kernels,
+    continuous batching, per-SM bandwidth, research-code bookkeeping, eager overlap."""
+    rec, e = m.record, row.get("rel_error")
+    g, rt = m.group, m.runtime
     if rec.n_devices >= 4 and rt == "compiled" and m.record.strategy == "autoregressive" and e is not None and e < 0:
         return ("tensor-parallel all-reduce latency: the default allreduce_algorithm=auto prices the 16 KB decode "
                 "all-reduces as NCCL's double binary tree (2 log2(n) x 3.1 us), 160 per token on 70B; gpt-fast's "
@@ -115,7 +139,7 @@ def diagnose(row: dict, m: Measurement) -> str:
     if rt == "eager" and m.record.strategy == "autoregressive":
         return ("eager overlap: the model takes max(host, device) per pass; in reality small kernels are "
                 "host-bound and GEMMs device-bound, so the two partly add up (visible on 60-layer 33B models)")
-    return "within the spread of the source (assumed lengths, unstated settings)"
+    return None
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -232,8 +256,10 @@ def goals_met(s: dict) -> dict:
 
 def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict | None = None,
                  other: dict | None = None, files=(), date: str | None = None, ablation: list | None = None) -> list:
-    """REPORT.md, the predicted-vs-measured PNG and error_band.yaml from held-out results."""
-    from costmodel.calibration.validate import stats, summarize
+    """REPORT.md, the predicted-vs-measured PNG and error_band.yaml from held-out results. REPORT.md's
+    sections, in order: summary and goals, breakdowns, ablation, what was fitted (with what the fitted
+    values mean), the worst rows, the misses by mechanism, every row."""
+    from costmodel.calibration.validate import summarize
     out_dir = Path(out_dir)
     date = date or today()
     rows = loso["rows"]
@@ -242,6 +268,24 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
     png = plot(rows, out_dir / PLOT_NAME)
     band = write_error_band(s, out_dir / "error_band.yaml", date, loso["by"])
     headline = "leave-one-publication-out" if loso["by"] != "group" else "leave-one-table-out"
+    L = _summary_section(loso, ms, s, rows, headline, date, files, in_sample, other)
+    L += _breakdown_section(s, rows, ms)
+    if ablation:
+        L += _ablation_section(ablation, s, headline)
+    L += _fitted_section(loso, ms)
+    L += _worst_section(rows, by_id)
+    L += _misses_section(rows, by_id)
+    L += _all_rows_section(rows)
+    L += ["", f"Error band for the claim checker: `{Path(band).name}` (overall and per metric, held out).", ""]
+    path = out_dir / "REPORT.md"
+    atomic_text(path, "\n".join(L))
+    return [str(path), png, band]
+
+
+def _summary_section(loso: dict, ms: list, s: dict, rows: list, headline: str, date: str, files, in_sample,
+                     other) -> list:
+    """The report's title, the held-out summary table (with the comparison rows) and the goals."""
+    from costmodel.calibration.validate import summarize
     met = goals_met(s)
     L = ["# Validation report", "",
          f"Written by `costmodel validate --report` on {date} from {', '.join(files) or 'the given rows'}: "
@@ -277,6 +321,14 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
           f"{100 * GOALS['p90_abs_rel_error']:.0f} %, on ≥ {GOALS['n']} rows: "
           + ", ".join(f"{k} {'met' if v else '**missed**'}" for k, v in met.items()) + ".",
           f"Categorical rows (`fits`): {s['categorical']['agree']} of {s['categorical']['n']} agree.", ""]
+    return L
+
+
+def _breakdown_section(s: dict, rows: list, ms: list) -> list:
+    """Held-out errors by runtime, hardware, metric, strategy, publication (the held-out unit), the
+    never-seen rows by runtime, hardware and metric, and by metric and regime."""
+    from costmodel.calibration.validate import stats, summarize
+    L = []
     for key, title in (("by_runtime", "runtime"), ("by_hardware", "hardware"), ("by_metric", "metric"),
                        ("by_strategy", "strategy")):
         L += [f"### By {title}", ""] + _table(title, s[key]) + [""]
@@ -296,17 +348,27 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
           "batch1_latency: batch size 1; batched_throughput: batch size > 1.", ""]
     L += _table("metric / regime", {f"{k} / {g}": v for k, regs in s["by_metric_regime"].items()
                                     for g, v in regs.items()}) + [""]
-    if ablation:
-        L += ["## Ablation: held-out error with each mechanism switched off", "",
-              f"Each row reruns the whole {headline} procedure (refits included) with one mechanism off.", "",
-              "| mechanism switched off | n | median abs err | p90 abs err | within 25 % | Δ median | Δ p90 |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-        for name, st in ablation:
-            L.append(f"| {name} | {st['n']} | {_pct(st['median_abs_rel_error'])} | {_pct(st['p90_abs_rel_error'])} | "
-                     f"{_pct(st['within_25pct'])} | {100 * (st['median_abs_rel_error'] - s['median_abs_rel_error']):+.1f} pt | "
-                     f"{100 * (st['p90_abs_rel_error'] - s['p90_abs_rel_error']):+.1f} pt |")
-        L.append("")
-    L += [f"![predicted vs measured]({PLOT_NAME})", "",
+    return L
+
+
+def _ablation_section(ablation: list, s: dict, headline: str) -> list:
+    """The held-out error with each mechanism switched off, against the full model's."""
+    L = ["## Ablation: held-out error with each mechanism switched off", "",
+          f"Each row reruns the whole {headline} procedure (refits included) with one mechanism off.", "",
+          "| mechanism switched off | n | median abs err | p90 abs err | within 25 % | Δ median | Δ p90 |",
+          "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, st in ablation:
+        L.append(f"| {name} | {st['n']} | {_pct(st['median_abs_rel_error'])} | {_pct(st['p90_abs_rel_error'])} | "
+                 f"{_pct(st['within_25pct'])} | {100 * (st['median_abs_rel_error'] - s['median_abs_rel_error']):+.1f} pt | "
+                 f"{100 * (st['p90_abs_rel_error'] - s['p90_abs_rel_error']):+.1f} pt |")
+    L.append("")
+    return L
+
+
+def _fitted_section(loso: dict, ms: list) -> list:
+    """The plot, the fitted parameters per runtime with their fold ranges, the rows reported but not
+    fitted, what the fitted values mean and the strategies not validated."""
+    L = [f"![predicted vs measured]({PLOT_NAME})", "",
           "## What was fitted, on what", "",
           "Per runtime, on that runtime's timing rows (sizes are not fitted; hardware efficiencies are sourced "
           "measurements and are never fitted). Values below are the fit on all rows, written to `runtimes/*.yaml` "
@@ -327,7 +389,19 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
     if off:
         L += ["", f"Reported, not fitted (`calibrate` = no: the measured value holds work outside its "
                   f"configuration): {', '.join(off)}. They count in every error statistic above."]
-    fp = {r: e["params"] for r, e in loso["full_fit"].items() if e.get("fitted")}
+    notes = _fitted_notes({r: e["params"] for r, e in loso["full_fit"].items() if e.get("fitted")})
+    covered = {m.record.strategy for m in ms}
+    missing = [x for x in ("autoregressive", "speculative", "tree", "shared_prefix") if x not in covered]
+    L += ["", "Reading the fitted values:", ""] + notes
+    if missing:
+        L += ["", f"Not validated: {', '.join(missing)} (no expressible end-to-end measurement in the reference "
+                  "set; see validation/README.md)."]
+    return L
+
+
+def _fitted_notes(fp: dict) -> list:
+    """What the fitted values of each runtime (``fp``: runtime -> fitted parameters) mean physically,
+    one bullet per runtime fitted."""
     notes = []
     if "eager" in fp:
         e = fp["eager"]
@@ -368,13 +442,12 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
                         if host is not None else "")
                      + "A free per-step overhead is not fitted: it would add to every row instead of bounding the "
                      "small ones (pass time = max(device, host)).")
-    covered = {m.record.strategy for m in ms}
-    missing = [x for x in ("autoregressive", "speculative", "tree", "shared_prefix") if x not in covered]
-    L += ["", "Reading the fitted values:", ""] + notes
-    if missing:
-        L += ["", f"Not validated: {', '.join(missing)} (no expressible end-to-end measurement in the reference "
-                  "set; see validation/README.md)."]
-    L += ["", "## Worst 10 rows (held out)", "",
+    return notes
+
+
+def _worst_section(rows: list, by_id: dict) -> list:
+    """The ten worst held-out rows and the categorical rows that disagree, each with its diagnosis."""
+    L = ["", "## Worst 10 rows (held out)", "",
           "| id | metric | model / hardware / runtime / strategy | measured | predicted | rel err | diagnosis |",
           "|---|---|---|---:|---:|---:|---|"]
     worst = sorted([r for r in rows if r["rel_error"] is not None], key=lambda r: -abs(r["rel_error"]))[:10]
@@ -388,7 +461,12 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
     for r in cats:
         L.append(f"| {r['id']} | {r['metric']} | {by_id[r['id']].record.model} / {by_id[r['id']].record.hardware} | "
                  f"{r['measured']} | {r['predicted']} | – | {diagnose(r, by_id[r['id']])} |")
-    L += ["", "## Where the goals are missed, and why", "",
+    return L
+
+
+def _misses_section(rows: list, by_id: dict) -> list:
+    """The rows beyond 25 % grouped by their diagnosis, largest group first."""
+    L = ["", "## Where the goals are missed, and why", "",
           "Rows beyond 25 % (held out), grouped by mechanism. None of these is fixed by a fitted factor: each "
           "names something the model does not represent (or a data problem).", ""]
     off = [r for r in rows if r["rel_error"] is not None and abs(r["rel_error"]) > 0.25]
@@ -398,14 +476,16 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
     for text, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         ids = ", ".join(f"{r['id']} ({100 * r['rel_error']:+.0f} %)" for r in rs)
         L.append(f"- **{len(rs)} row{'s' if len(rs) > 1 else ''}**: {text}. {ids}")
-    L += ["", "## All rows (held out)", "",
+    return L
+
+
+def _all_rows_section(rows: list) -> list:
+    """Every row: measured, predicted and held-out error."""
+    L = ["", "## All rows (held out)", "",
           "| id | group | metric | measured | predicted | rel err |", "|---|---|---|---:|---:|---:|"]
     for r in rows:
         err = "–" if r["rel_error"] is None else f"{100 * r['rel_error']:+.1f} %"
         meas = r["measured"] if isinstance(r["measured"], bool) else f"{r['measured']:.4g}"
         pred = r["predicted"] if isinstance(r["predicted"], bool) else f"{r['predicted']:.4g}"
         L.append(f"| {r['id']} | {r['source_group']} | {r['metric']} | {meas} | {pred} | {err} |")
-    L += ["", f"Error band for the claim checker: `{Path(band).name}` (overall and per metric, held out).", ""]
-    path = out_dir / "REPORT.md"
-    atomic_text(path, "\n".join(L))
-    return [str(path), png, band]
+    return L

@@ -138,7 +138,11 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     The arithmetic of :func:`costmodel.engine.roofline.reference_pass_cost` (the same floating-point operations in the same
     order, so the results are bit-identical) with fewer array passes: accumulators are added into
     in place once they are this function's own arrays, and a bound's accumulator skips an operator
-    that contributes +0.0 everywhere (adding +0.0 to a sum that started at +0.0 changes nothing)."""
+    that contributes +0.0 everywhere (adding +0.0 to a sum that started at +0.0 changes nothing).
+
+    Long because it is the sweep's hot loop: one function keeps the in-place accumulators, the
+    summation order and the skipped +0.0 terms visible side by side with the reference they must
+    match bit for bit, and avoids a call per operator per bound."""
     ops = layer_ops(shape, ex)
     # an array pass: the scalar path would return None at its first array operand
     scalar = not (np.ndim(shape.tokens) or np.ndim(shape.pairs) or np.ndim(shape.kv_hbm_tokens)
@@ -243,7 +247,11 @@ def _work_totals(work, tp, shp):
 def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
     """pass_cost of a single configuration in Python floats (IEEE doubles, the same operations in
     the same order as on numpy scalars, without numpy's per-call overhead). None when an operand
-    is an array, a divisor is 0 or a time is NaN, negative or -0.0 (the array path handles those)."""
+    is an array, a divisor is 0 or a time is NaN, negative or -0.0 (the array path handles those).
+
+    Long because it is the hot path of single-record evaluation: the per-operator terms are inlined
+    so that the operations and their order can be read against the reference in one place, without a
+    Python call per operator."""
     peak_m, peak_v, bw, l2bw = ex.matrix_flops_per_s, ex.vector_flops_per_s, ex.hbm_bytes_per_s, \
         ex.hw.l2_bandwidth_bytes_per_s
     if np.ndim(peak_m) or np.ndim(peak_v) or np.ndim(bw) or np.ndim(l2bw) or not (peak_m and peak_v and bw and l2bw):

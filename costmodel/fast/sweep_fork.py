@@ -110,32 +110,8 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
         return None
     rest = tasks[1:]
     shares = [rest[i * len(rest) // workers:(i + 1) * len(rest) // workers] for i in range(workers)]
-    children = []
-    for share in shares[1:]:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:                                       # the child: its share, then exit
-            os.close(r)
-            status = 0
-            try:
-                for t in share:
-                    if not _write(out, specs, where_of(t), run(t)):
-                        os.write(w, pickle.dumps((_FALLBACK, None)))
-                        status = 1
-                        break
-            except BaseException as exc:                   # noqa: BLE001 - reported to the parent
-                status = 1
-                try:
-                    os.write(w, pickle.dumps(("input", exc.args, exc.__dict__) if isinstance(exc, InputError)
-                                             else ("error", f"{type(exc).__name__}: {exc}")))
-                except BaseException:                      # noqa: BLE001
-                    pass
-            finally:
-                os.close(w)
-                os._exit(status)
-        os.close(w)
-        children.append((pid, r))
-    fallback, failure = False, None
+    children = [_fork_writer(share, run, out, specs, where_of) for share in shares[1:]]
+    fallback = False
     try:
         done = place(tasks[0])[1]
         for t in shares[0]:
@@ -146,49 +122,102 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
                 done += place(t)[1]
                 progress(min(done * workers, total), total)
     except BaseException:
-        for pid, _r in children:                       # stop the children's work too
-            try:
-                os.kill(pid, 15)
-            except OSError:
-                pass
+        _stop(children)                                # stop the children's work too
         raise
     finally:
-        for pid, r in children:
-            msg = b""
-            while True:
-                part = os.read(r, 1 << 16)
-                if not part:
-                    break
-                msg += part
-            os.close(r)
-            os.waitpid(pid, 0)
-            if msg and failure is None:
-                failure = pickle.loads(msg)
+        failure = _collect(children)
     if failure is not None:
-        kind = failure[0]
-        if kind == "input":
-            exc = InputError.__new__(InputError)
-            exc.args = failure[1]
-            exc.__dict__.update(failure[2])
-            raise exc
-        if kind == "error":
-            raise RuntimeError(f"a sweep worker process failed: {failure[1]}")
+        if failure[0] != _FALLBACK:
+            _raise(failure)
         fallback = True
     if fallback:
         return None
     if progress is not None:
         progress(total, total)
+    return _columns(specs, out, shape)
+
+
+def _collect(children: list):
+    """Wait for the children and read their pipes: the first failure reported, or None."""
+    failure = None
+    for pid, r in children:
+        msg = b""
+        while True:
+            part = os.read(r, 1 << 16)
+            if not part:
+                break
+            msg += part
+        os.close(r)
+        os.waitpid(pid, 0)
+        if msg and failure is None:
+            failure = pickle.loads(msg)
+    return failure
+
+
+def _columns(specs: dict, out: dict, shape) -> dict:
+    """The grid's columns in the first chunk's key order: the shared numeric and code arrays, and each
+    constant non-numeric value filled into an object array."""
     cols = {}
     for key, (kind, info) in specs.items():
-        if kind == "num":
-            cols[key] = out[key]
-        elif kind == "code":
+        if kind in ("num", "code"):
             cols[key] = out[key]
         else:
             a = np.empty(shape, dtype=object)
             a.fill(info)
             cols[key] = a
     return cols
+
+
+def _fork_writer(share: list, run, out: dict, specs: dict, where_of) -> tuple:
+    """Fork a child that evaluates ``share`` into the shared columns and exits; it reports through a
+    pipe only when it cannot write a result (the fallback) or fails. Returns (pid, read end)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                       # the child: its share, then exit
+        os.close(r)
+        status = 0
+        try:
+            for t in share:
+                if not _write(out, specs, where_of(t), run(t)):
+                    os.write(w, pickle.dumps((_FALLBACK, None)))
+                    status = 1
+                    break
+        except BaseException as exc:                   # noqa: BLE001 - reported to the parent
+            status = 1
+            try:
+                os.write(w, pickle.dumps(_failure(exc)))
+            except BaseException:                      # noqa: BLE001
+                pass
+        finally:
+            os.close(w)
+            os._exit(status)
+    os.close(w)
+    return pid, r
+
+
+def _failure(exc: BaseException) -> tuple:
+    """A child's exception as a picklable message: an InputError's args and attributes, else its text."""
+    return (("input", exc.args, exc.__dict__) if isinstance(exc, InputError)
+            else ("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _raise(failure: tuple):
+    """Raise a child's failure in the parent: its InputError as such, anything else as a RuntimeError."""
+    if failure[0] == "input":
+        exc = InputError.__new__(InputError)
+        exc.args = failure[1]
+        exc.__dict__.update(failure[2])
+        raise exc
+    raise RuntimeError(f"a sweep worker process failed: {failure[1]}")
+
+
+def _stop(children: list) -> None:
+    """Terminate the forked children (SIGTERM), ignoring those already gone."""
+    for pid, _r in children:
+        try:
+            os.kill(pid, 15)
+        except OSError:
+            pass
 
 
 def map_forked(run, tasks: list, workers: int):
@@ -207,8 +236,7 @@ def map_forked(run, tasks: list, workers: int):
                 msg = ("ok", [run(t) for t in tasks[k::workers]])
             except BaseException as exc:                   # noqa: BLE001 - reported to the parent
                 status = 1
-                msg = (("input", exc.args, exc.__dict__) if isinstance(exc, InputError)
-                       else ("error", f"{type(exc).__name__}: {exc}"))
+                msg = _failure(exc)
             try:
                 with os.fdopen(w, "wb") as f:
                     pickle.dump(msg, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -221,11 +249,7 @@ def map_forked(run, tasks: list, workers: int):
     try:
         results[0::workers] = [run(t) for t in tasks[0::workers]]
     except BaseException:
-        for pid, _r in children:
-            try:
-                os.kill(pid, 15)
-            except OSError:
-                pass
+        _stop(children)
         raise
     finally:
         for k, (pid, r) in enumerate(children, start=1):
@@ -240,10 +264,5 @@ def map_forked(run, tasks: list, workers: int):
             elif failure is None:
                 failure = msg
     if failure is not None:
-        if failure[0] == "input":
-            exc = InputError.__new__(InputError)
-            exc.args = failure[1]
-            exc.__dict__.update(failure[2])
-            raise exc
-        raise RuntimeError(f"a sweep worker process failed: {failure[1]}")
+        _raise(failure)
     return results

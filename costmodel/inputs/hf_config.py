@@ -44,6 +44,8 @@ def _global_every(layer_types, src: str) -> int:
 
 
 def from_hf_config(data, src: str) -> Model:
+    """A Model from a Hugging Face ``config.json`` mapping (a multimodal config's ``text_config``):
+    dimensions, MLA, experts and attention windows, each from the keys the model families use."""
     top = data
     if isinstance(data, dict) and isinstance(data.get("text_config"), dict):
         data = dict(data["text_config"])
@@ -74,7 +76,26 @@ def from_hf_config(data, src: str) -> Model:
             raise InputError("hidden_size is not divisible by num_attention_heads; give head_dim",
                              source=src, field="head_dim")
         hd = d // heads
-    # ---- experts
+    e, k, ff = _hf_experts(f, data, mt, ff, kw, src)
+    _hf_windows(f, data, mt, kw, src)
+    act = data.get("hidden_act", data.get("hidden_activation", "silu"))
+    gated = mt not in ("gpt2", "opt", "gpt_neox", "bloom") and act in (
+        "silu", "swiglu", "gelu", "gelu_pytorch_tanh", "geglu")
+    name = top.get("_name_or_path") or Path(src).parent.name or Path(src).stem
+    m = Model(
+        id=str(src), name=str(name), n_layers=n_layers, d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=hd,
+        d_ff=ff, vocab_size=f.num("vocab_size", **i), ffn_type="gated" if gated else "plain",
+        tied_embeddings=f.flag("tie_word_embeddings", required=False, default=False),
+        n_experts=e, experts_per_token=k if e > 1 else 1, source=f"Hugging Face config {src}",
+        max_context=f.num("max_position_embeddings", default=None, **opt), **kw)
+    _check(m, src)
+    return m
+
+
+def _hf_experts(f: Fields, data: dict, mt: str, ff: int, kw: dict, src: str) -> tuple:
+    """(experts, experts per token, dense FFN width) of a config; for a mixture of experts the expert
+    width, shared experts, leading dense layers and MoE layer frequency go into ``kw``."""
+    opt = dict(required=False, integer=True, min_value=1, allow_null=True)
     e = (f.num("num_local_experts", default=None, **opt) or f.num("n_routed_experts", default=None, **opt)
          or f.num("num_experts", default=None, **opt) or 1)
     k = f.num("num_experts_per_tok", default=1, **opt) or 1
@@ -94,7 +115,12 @@ def from_hf_config(data, src: str) -> Model:
             raise InputError("mlp_only_layers (dense layers between MoE layers) is not modelled", source=src,
                              field="mlp_only_layers", allowed="[] (every layer past first_k_dense_replace is MoE)")
         kw.update(moe_d_ff=moe_ff, n_shared_experts=shared, first_dense_layers=first_dense, moe_layer_freq=freq)
-    # ---- windows
+    return e, k, ff
+
+
+def _hf_windows(f: Fields, data: dict, mt: str, kw: dict, src: str) -> None:
+    """Chunked (Llama 4) or sliding-window attention, and how often a layer attends globally, into ``kw``."""
+    i = dict(required=True, integer=True, min_value=1)
     window = chunk = None
     every = 0
     if data.get("attention_chunk_size"):
@@ -116,15 +142,3 @@ def from_hf_config(data, src: str) -> Model:
         kw.update(attention_window=chunk, window_kind="chunked", global_layer_every=every)
     elif window is not None:
         kw.update(attention_window=window, window_kind="sliding", global_layer_every=every)
-    act = data.get("hidden_act", data.get("hidden_activation", "silu"))
-    gated = mt not in ("gpt2", "opt", "gpt_neox", "bloom") and act in (
-        "silu", "swiglu", "gelu", "gelu_pytorch_tanh", "geglu")
-    name = top.get("_name_or_path") or Path(src).parent.name or Path(src).stem
-    m = Model(
-        id=str(src), name=str(name), n_layers=n_layers, d_model=d, n_heads=heads, n_kv_heads=kv, head_dim=hd,
-        d_ff=ff, vocab_size=f.num("vocab_size", **i), ffn_type="gated" if gated else "plain",
-        tied_embeddings=f.flag("tie_word_embeddings", required=False, default=False),
-        n_experts=e, experts_per_token=k if e > 1 else 1, source=f"Hugging Face config {src}",
-        max_context=f.num("max_position_embeddings", default=None, **opt), **kw)
-    _check(m, src)
-    return m

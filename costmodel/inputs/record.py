@@ -121,22 +121,26 @@ def convert(name: str, v, src: str = "record"):
     return _as_text(name, v, src)
 
 
-def _as_float_list(name, v, src):
+def _list_items(v):
+    """The items of a list given as a list, or as a string separated by commas (or semicolons); None
+    for anything else."""
     if isinstance(v, str):
-        parts = [p for p in v.replace(";", ",").split(",") if p.strip()]
-    elif isinstance(v, (list, tuple)):
-        parts = list(v)
-    else:
+        return [p for p in v.replace(";", ",").split(",") if p.strip()]
+    if isinstance(v, (list, tuple)):
+        return list(v)
+    return None
+
+
+def _as_float_list(name, v, src):
+    parts = _list_items(v)
+    if parts is None:
         parts = [v]
     return tuple(_as_float(name, p, src) for p in parts)
 
 
 def _as_int_list(name, v, src):
-    if isinstance(v, str):
-        parts = [p for p in v.replace(";", ",").split(",") if p.strip()]
-    elif isinstance(v, (list, tuple)):
-        parts = list(v)
-    else:
+    parts = _list_items(v)
+    if parts is None:
         raise InputError(f"must be a list of parent indices, got {_short(v)}", source=src, field=name,
                          allowed=BY_NAME[name].allowed)
     out = []

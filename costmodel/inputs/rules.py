@@ -291,8 +291,37 @@ def medusa_heads(r) -> int:
 def check_tree(r, src: str) -> None:
     """A tree's shape is given one way and is consistent; τ fits it; α or ranks and τ agree."""
     from costmodel.engine.acceptance import default_rank_acceptance
-    from costmodel.engine.tree import MAX_TREE_NODES, full_tree, optimal_tree, validate_parents
+    from costmodel.engine.tree import full_tree, optimal_tree
 
+    _check_tree_shape(r, src)
+    tree, depth = _tree_and_depth(r, src)
+    w, d, n, shape = r.tree_width, r.tree_depth, r.tree_nodes, r.tree_shape
+    tau = r.mean_accepted_tokens
+    if tau is not None and shape == "optimal_for_hardware":
+        # the search compares tree sizes: a fixed τ would make the smallest tree always win
+        raise InputError("tree_shape=optimal_for_hardware compares tree sizes by their expected tokens, which "
+                         "a single mean_accepted_tokens cannot give", source=src, field="mean_accepted_tokens",
+                         allowed="acceptance_rate (α) or rank_acceptance instead of τ")
+    if tau is not None and not 1.0 <= tau <= depth + 1:
+        raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
+                         allowed=f"1 <= τ <= tree depth + 1 = {depth + 1}")
+    ranks = r.rank_acceptance or (default_rank_acceptance(r.acceptance_rate) if r.acceptance_rate is not None
+                                  else None)
+    if tau is None or ranks is None:
+        return
+    given = "rank_acceptance" if r.rank_acceptance else "acceptance_rate"
+    if tree is None:
+        tree = full_tree(w, d) if w is not None else optimal_tree(int(n), tuple(ranks), d)
+    implied = tree.expected_tokens(ranks)
+    if taus_disagree(implied, tau):
+        raise InputError(f"{given} implies τ = {implied:.3f} for this tree, but mean_accepted_tokens is {tau}",
+                         source=src, field="mean_accepted_tokens",
+                         allowed=f"give one of {given} and τ, or two that agree within 5%")
+
+
+def _check_tree_shape(r, src: str) -> None:
+    """The tree's shape is given one way: tree_parents alone, tree_width and tree_depth (full tree), or
+    tree_nodes [+ tree_depth] (optimal tree), as ``tree_shape`` says."""
     w, d, n, parents = r.tree_width, r.tree_depth, r.tree_nodes, r.tree_parents
     if w is None and d is None and n is None and parents is None:
         raise InputError("a tree needs a shape", source=src, field="tree_nodes", allowed=SHAPES)
@@ -319,6 +348,15 @@ def check_tree(r, src: str) -> None:
         raise InputError(f"out of range: {n}", source=src, field="tree_nodes",
                          allowed=f"at most {MAX_HW_SEARCH_NODES} nodes for tree_shape=optimal_for_hardware "
                                  "(it searches every size up to tree_nodes)")
+
+
+def _tree_and_depth(r, src: str) -> tuple:
+    """(the explicit tree or None, the tree's depth): tree_parents validated, a full tree's node count
+    bounded, an optimal tree's depth at most its node budget; with Medusa heads, at most one level per
+    head (a fixed tree deeper than that is refused)."""
+    from costmodel.engine.tree import MAX_TREE_NODES, validate_parents
+
+    w, d, n, parents = r.tree_width, r.tree_depth, r.tree_nodes, r.tree_parents
     tree = None
     if parents is not None:
         try:
@@ -343,24 +381,4 @@ def check_tree(r, src: str) -> None:
         depth = min(depth, heads)
     elif r.draft_model == "medusa":
         depth = min(depth, medusa_heads(r))
-    tau = r.mean_accepted_tokens
-    if tau is not None and shape == "optimal_for_hardware":
-        # the search compares tree sizes: a fixed τ would make the smallest tree always win
-        raise InputError("tree_shape=optimal_for_hardware compares tree sizes by their expected tokens, which "
-                         "a single mean_accepted_tokens cannot give", source=src, field="mean_accepted_tokens",
-                         allowed="acceptance_rate (α) or rank_acceptance instead of τ")
-    if tau is not None and not 1.0 <= tau <= depth + 1:
-        raise InputError(f"out of range: {tau}", source=src, field="mean_accepted_tokens",
-                         allowed=f"1 <= τ <= tree depth + 1 = {depth + 1}")
-    ranks = r.rank_acceptance or (default_rank_acceptance(r.acceptance_rate) if r.acceptance_rate is not None
-                                  else None)
-    if tau is None or ranks is None:
-        return
-    given = "rank_acceptance" if r.rank_acceptance else "acceptance_rate"
-    if tree is None:
-        tree = full_tree(w, d) if w is not None else optimal_tree(int(n), tuple(ranks), d)
-    implied = tree.expected_tokens(ranks)
-    if taus_disagree(implied, tau):
-        raise InputError(f"{given} implies τ = {implied:.3f} for this tree, but mean_accepted_tokens is {tau}",
-                         source=src, field="mean_accepted_tokens",
-                         allowed=f"give one of {given} and τ, or two that agree within 5%")
+    return tree, depth

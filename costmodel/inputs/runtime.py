@@ -148,58 +148,47 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
         vals[k] = s.num("value", min_value=0.01 if "efficiency" in k else 0, max_value=MAX_VALUE[k])
         sources.append((k, s.text("source")))
     for k in ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8"):
-        s = f.sub(k, required=False)
-        if s is not None:
-            vals[k] = s.num("value", min_value=0, max_value=1e3)
-            sources.append((k, s.text("source")))
-    s = f.sub("sm_bandwidth_bytes_per_s", required=False)
-    if s is not None:                   # 0.1 GB/s .. 1 TB/s per SM
-        vals["sm_bandwidth_bytes_per_s"] = s.num("value", min_value=1e8, max_value=1e12)
-        sources.append(("sm_bandwidth_bytes_per_s", s.text("source")))
-    s = f.sub("spec_step_overhead_s", required=False)
-    if s is not None:                   # seconds: a second per step would be a unit mistake
-        vals["spec_step_overhead_s"] = s.num("value", min_value=0, max_value=1.0)
-        sources.append(("spec_step_overhead_s", s.text("source")))
+        _optional(f, k, vals, sources, lambda s: s.num("value", min_value=0, max_value=1e3))
+    # 0.1 GB/s .. 1 TB/s per SM
+    _optional(f, "sm_bandwidth_bytes_per_s", vals, sources, lambda s: s.num("value", min_value=1e8, max_value=1e12))
+    # seconds: a second per step would be a unit mistake
+    _optional(f, "spec_step_overhead_s", vals, sources, lambda s: s.num("value", min_value=0, max_value=1.0))
     for k in ("spec_step_host_ops", "spec_step_syncs"):
-        s = f.sub(k, required=False)
-        if s is not None:
-            vals[k] = _per_method(s)
-            sources.append((k, s.text("source")))
+        _optional(f, k, vals, sources, _per_method)
     for dt in ("int4", "int8"):
-        s = f.sub(f"{dt}_group_size", required=False)
-        if s is not None:
-            vals[f"{dt}_group_size"] = _group_size(s)
-            sources.append((f"{dt}_group_size", s.text("source")))
-        s = f.sub(f"{dt}_scale_bytes_per_group", required=False)
-        if s is not None:     # fp32 scale + fp32 zero = 8 bytes is the most a real format stores
-            vals[f"{dt}_scale_bytes_per_group"] = s.num("value", min_value=0, max_value=16)
-            sources.append((f"{dt}_scale_bytes_per_group", s.text("source")))
-        s = f.sub(f"lm_head_bytes_per_weight_{dt}", required=False)
-        if s is not None:     # from 2-bit quants up to an fp32 head
-            vals[f"lm_head_bytes_per_weight_{dt}"] = s.num("value", min_value=0.125, max_value=4)
-            sources.append((f"lm_head_bytes_per_weight_{dt}", s.text("source")))
-    s = f.sub("gqa_attention", required=False)
-    if s is not None:
-        v = s.data.get("value")
-        if v not in GQA_ATTENTION:
-            raise InputError(f"unknown GQA attention kernel {v!r}", source=s.source, field=f"{s.prefix}.value",
-                             allowed=", ".join(GQA_ATTENTION))
-        vals["gqa_attention"] = v
-        sources.append(("gqa_attention", s.text("source")))
+        _optional(f, f"{dt}_group_size", vals, sources, _group_size)
+        # fp32 scale + fp32 zero = 8 bytes is the most a real format stores
+        _optional(f, f"{dt}_scale_bytes_per_group", vals, sources, lambda s: s.num("value", min_value=0, max_value=16))
+        # from 2-bit quants up to an fp32 head
+        _optional(f, f"lm_head_bytes_per_weight_{dt}", vals, sources,
+                  lambda s: s.num("value", min_value=0.125, max_value=4))
+    _optional(f, "gqa_attention", vals, sources, _gqa_attention)
     for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence"):
-        s = f.sub(k, required=False)
-        if s is not None:
-            vals[k] = s.flag("value")
-            sources.append((k, s.text("source")))
-    chunk = f.sub("prefill_chunk_tokens", required=False)
-    if chunk is not None:
-        vals["prefill_chunk_tokens"] = chunk.num("value", min_value=1, max_value=1 << 24, allow_null=True,
-                                                 required=False)
-        sources.append(("prefill_chunk_tokens", chunk.text("source")))
+        _optional(f, k, vals, sources, lambda s: s.flag("value"))
+    _optional(f, "prefill_chunk_tokens", vals, sources,
+              lambda s: s.num("value", min_value=1, max_value=1 << 24, allow_null=True, required=False))
     vals.update(vals_v)
     sources += sources_v
     return Runtime(id=f.text("id"), name=f.text("name"), uses_cuda_graphs=f.flag("uses_cuda_graphs"),
                    fused_attention=f.flag("fused_attention"), sources=tuple(sources), version=vname, **vals)
+
+
+def _optional(f: Fields, key: str, vals: dict, sources: list, read) -> None:
+    """An optional ``{value, source}`` parameter, when given: ``vals[key] = read(its fields)`` and its
+    source."""
+    s = f.sub(key, required=False)
+    if s is not None:
+        vals[key] = read(s)
+        sources.append((key, s.text("source")))
+
+
+def _gqa_attention(s: Fields) -> str:
+    """``value``: one of ``GQA_ATTENTION``."""
+    v = s.data.get("value")
+    if v not in GQA_ATTENTION:
+        raise InputError(f"unknown GQA attention kernel {v!r}", source=s.source, field=f"{s.prefix}.value",
+                         allowed=", ".join(GQA_ATTENTION))
+    return v
 
 
 def _version_key(text: str, source: str, field: str) -> tuple:
@@ -262,17 +251,24 @@ def _version_entry(f: Fields, version: str | None):
     return vals, sources, want
 
 
-def _scheduler(s: Fields) -> tuple:
+def _entries(s: Fields, allowed: tuple, what: str, to: str):
+    """(key, value, field name) of each entry of ``value``, a mapping of ``what`` (one of ``allowed``)
+    ``to`` something; an unknown key is refused when reached, so errors come in the file's order."""
     v = s.data.get("value")
     if not isinstance(v, dict):
-        raise InputError("must be a mapping of scheduler setting to its default", source=s.source,
-                         field=f"{s.prefix}.value", allowed=", ".join(SCHEDULER_KEYS))
-    out = []
+        raise InputError(f"must be a mapping of {what} {to}", source=s.source,
+                         field=f"{s.prefix}.value", allowed=", ".join(allowed))
     for k, x in v.items():
         field = f"{s.prefix}.value.{k}"
-        if k not in SCHEDULER_KEYS:
-            raise InputError(f"unknown scheduler setting {k!r}", source=s.source, field=field,
-                             allowed=", ".join(SCHEDULER_KEYS))
+        if k not in allowed:
+            raise InputError(f"unknown {what} {k!r}", source=s.source, field=field, allowed=", ".join(allowed))
+        yield k, x, field
+
+
+def _scheduler(s: Fields) -> tuple:
+    """``value``: {scheduler setting: default} for settings in ``SCHEDULER_KEYS``, as sorted pairs."""
+    out = []
+    for k, x, field in _entries(s, SCHEDULER_KEYS, "scheduler setting", "to its default"):
         if k == "chunked_prefill":
             if not isinstance(x, bool):
                 raise InputError(f"must be true or false, got {x!r}", source=s.source, field=field)
@@ -292,17 +288,10 @@ SPEC_METHODS = ("medusa", "eagle", "model", "none", "self")
 
 def _per_method(s: Fields) -> tuple:
     """``value``: {method: count >= 0} for methods in ``SPEC_METHODS``, as sorted (method, count) pairs."""
-    v = s.data.get("value")
-    if not isinstance(v, dict):
-        raise InputError("must be a mapping of speculation method to a count", source=s.source,
-                         field=f"{s.prefix}.value", allowed=", ".join(SPEC_METHODS))
     out = []
-    for k, n in v.items():
-        if k not in SPEC_METHODS:
-            raise InputError(f"unknown speculation method {k!r}", source=s.source, field=f"{s.prefix}.value.{k}",
-                             allowed=", ".join(SPEC_METHODS))
+    for k, n, field in _entries(s, SPEC_METHODS, "speculation method", "to a count"):
         if isinstance(n, bool) or not isinstance(n, (int, float)) or not (0 <= n <= 1e5):
-            raise InputError(f"must be a count, got {n!r}", source=s.source, field=f"{s.prefix}.value.{k}",
+            raise InputError(f"must be a count, got {n!r}", source=s.source, field=field,
                              allowed="a number in [0, 100000]")
         out.append((str(k), float(n)))
     return tuple(sorted(out))

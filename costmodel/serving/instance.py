@@ -215,13 +215,16 @@ class Instance:
         return self._blocks(sim.need[rid] - sim.cached[rid] + 1 + self.gc.slots)
 
     def _step(self, t_limit: float):
+        """One scheduler step: the decoders keep their KV (the newest preempted while they would not
+        fit), then the prefill chunks and admissions under the token budget, then either a decode-only
+        block or one mixed (or prefill-only) step."""
         sim = self.sim
         if sim.schedule:
             g = gamma_for(sim.schedule, max(len(self.dec) + len(self.prefilling), 1))
             if g != self.gamma:
                 self._rebase(g)
         gc = self.gc
-        dec, prefilling, waiting = self.dec, self.prefilling, self.waiting
+        dec = self.dec
         bs, slots = self.bs, gc.slots
         # 1. decoders keep their KV (preempt the newest while they would not fit)
         while dec:
@@ -238,7 +241,24 @@ class Instance:
         chunked = sim.w.chunked_prefill
         q_tok = int(round(gc.q_tok))
         n_dec = len(dec)
-        budget = self.budget - n_dec * q_tok if chunked else self.budget
+        chunks = self._chunks_and_admissions(self.budget - n_dec * q_tok if chunked else self.budget)
+        decode_now = bool(dec) and (chunked or not chunks)
+        if not chunks:
+            if dec:
+                if self.msteps > 1:
+                    self.block_end = self.S + self.msteps
+                self._bulk(t_limit)
+            return
+        self._mixed_step(chunks, n_dec, q_tok, decode_now)
+
+    def _chunks_and_admissions(self, budget: int) -> list:
+        """The prefill chunks of this step, [(rid, tokens, context before)]: with chunked prefill the
+        running prefills' next chunks first, then waiting requests admitted while the sequence limit,
+        the KV blocks (with the watermark unless alone) and the token ``budget`` allow."""
+        sim = self.sim
+        dec, prefilling, waiting = self.dec, self.prefilling, self.waiting
+        bs, slots = self.bs, self.gc.slots
+        chunked = sim.w.chunked_prefill
         need, computed = sim.need, sim.computed
         chunks = []                   # (rid, c, context_before)
         if chunked:
@@ -284,14 +304,14 @@ class Instance:
             c = left if not chunked else min(left, budget)
             chunks.append((rid, c, c0))
             budget -= c
-        decode_now = bool(dec) and (chunked or not chunks)
-        if not chunks:
-            if dec:
-                if self.msteps > 1:
-                    self.block_end = self.S + self.msteps
-                self._bulk(t_limit)
-            return
-        # one mixed (or prefill-only) step
+        return chunks
+
+    def _mixed_step(self, chunks: list, n_dec: int, q_tok: int, decode_now: bool):
+        """One step of the prefill ``chunks`` (and, when ``decode_now``, the ``n_dec`` decoders): its
+        time from the pass tables (draft included), then the clock, the prefills' progress and the
+        decoders' step count advance."""
+        sim, gc = self.sim, self.gc
+        need, computed = sim.need, sim.computed
         tok = lm = 0
         pairs = kv = 0.0
         finals = []
@@ -418,6 +438,12 @@ class Instance:
                 dt = table.time(tok, lm, p0 + p1 * sl0, k0 + k1 * sl0) + gc.extra_s(n, sl0 / n, L_list)
             self._pop_done()
             return
+        self._bulk_arrays(k, n, q_tok, t_limit)
+
+    def _bulk_arrays(self, k: int, n: int, q_tok: int, t_limit: float):
+        """``k`` decode-only steps of ``n`` sequences priced as arrays (step times from the pass table at
+        each step's KV length), stopping at ``t_limit``; the areas, ITL and timeline advance with them."""
+        sim, gc = self.sim, self.gc
         j = np.arange(k, dtype=float)
         sl = self.A + (self.S + j) * self.tsum
         t = sim.costs.table.times(np.full(k, n * q_tok), np.full(k, int(round(n * gc.q_lm))),

@@ -41,42 +41,21 @@ def _stats(x) -> dict:
 
 
 def summarise(sim, t_window: float) -> dict:
+    """The serving figures of a run over the window ``[0, t_window]`` (module docstring)."""
     w = sim.w
-    n_sent = int(np.sum(~np.isnan(sim.arrive)))
     sent = sim.arrive
     first = np.asarray(sim.first_tok, dtype=float)
     fin = np.asarray(sim.finish, dtype=float)
     gen = np.asarray(sim.gen, dtype=float)
-    done = ~np.isnan(fin) & (fin <= t_window + 1e-12)
-    rejected = np.asarray(sim.rejected, dtype=bool)
-    admitted = set()
-    waiting = 0
-    for inst in sim.instances:
-        admitted.update(inst.dec)
-        admitted.update(inst.prefilling)
-        waiting += len(inst.waiting)
-    # a request finished in a step that ran past the window's end is still running at the end
-    late = ~np.isnan(fin) & (fin > t_window + 1e-12)
-    running = len(admitted) + int(np.sum(late))
-    queued = n_sent - int(done.sum()) - running - int(rejected.sum())
+    n_sent, done, late, rejected, running, queued = _request_states(sim, fin, t_window)
     ttft = first[done] - sent[done]
     multi = done & (gen > 1)
     tpot = (fin[multi] - first[multi]) / (gen[multi] - 1.0)
     e2e = fin[done] - sent[done]
-    tokens = float(gen[done].sum())
-    for inst in sim.instances:                          # tokens of requests still decoding
-        for rid, (L0, S0, tau, remaining, cached, d0) in inst.dec.items():
-            tokens += min(d0 + (inst.S - S0) * tau, gen[rid])
-    tokens += float(np.sum(np.asarray(sim.generated)[late]))
+    tokens = _tokens_generated(sim, gen, done, late)
     T = max(t_window, 1e-12)
     devices = sim.devices()
-    good = done.copy()
-    if w.slo_ttft_s is not None:
-        good[done] &= ttft <= w.slo_ttft_s
-    if w.slo_tpot_s is not None:
-        ok = np.ones(len(gen), dtype=bool)
-        ok[multi] = tpot <= w.slo_tpot_s
-        good &= ok
+    good = _meeting_slos(w, done, ttft, multi, tpot)
     area_system = sum(i.area_system for i in sim.instances) + sim.transfer_area
     conc = area_system / T
     # Little: λ · W over the window (time in the server, requests still inside counted to the end)
@@ -86,9 +65,7 @@ def summarise(sim, t_window: float) -> dict:
     cap = sim.kv_capacity_tokens * len(sim.instances)
     kv_area = sum(i.area_kv for i in sim.instances)
     mean_tpot = float(np.mean(tpot)) if tpot.size else None
-    bs = w.block_size
-    lens = np.asarray(sim.prompt, dtype=float)[done] + gen[done]
-    waste = float(np.mean((np.ceil(lens / bs) * bs - lens) / (np.ceil(lens / bs) * bs))) if lens.size else 0.0
+    waste = _block_waste(np.asarray(sim.prompt, dtype=float)[done] + gen[done], w.block_size)
     out = {
         "requests_arrived": n_sent,
         "requests_completed": int(done.sum()),
@@ -120,6 +97,52 @@ def summarise(sim, t_window: float) -> dict:
         "timeline": merge_timelines([i.timeline for i in sim.instances], cap, T),
     }
     return out
+
+
+def _request_states(sim, fin, t_window: float) -> tuple:
+    """(sent, completed mask, finished-late mask, rejected mask, running, queued): every request sent is
+    in exactly one of completed, running, queued and rejected."""
+    n_sent = int(np.sum(~np.isnan(sim.arrive)))
+    done = ~np.isnan(fin) & (fin <= t_window + 1e-12)
+    rejected = np.asarray(sim.rejected, dtype=bool)
+    admitted = set()
+    for inst in sim.instances:
+        admitted.update(inst.dec)
+        admitted.update(inst.prefilling)
+    # a request finished in a step that ran past the window's end is still running at the end
+    late = ~np.isnan(fin) & (fin > t_window + 1e-12)
+    running = len(admitted) + int(np.sum(late))
+    queued = n_sent - int(done.sum()) - running - int(rejected.sum())
+    return n_sent, done, late, rejected, running, queued
+
+
+def _tokens_generated(sim, gen, done, late) -> float:
+    """Tokens generated in the window: the completed requests', those still decoding so far, and those
+    of requests finished in a step past the window's end."""
+    tokens = float(gen[done].sum())
+    for inst in sim.instances:                          # tokens of requests still decoding
+        for rid, (L0, S0, tau, remaining, cached, d0) in inst.dec.items():
+            tokens += min(d0 + (inst.S - S0) * tau, gen[rid])
+    tokens += float(np.sum(np.asarray(sim.generated)[late]))
+    return tokens
+
+
+def _meeting_slos(w, done, ttft, multi, tpot):
+    """Mask of the completed requests whose TTFT and TPOT (requests of one token have none) meet the
+    SLOs given."""
+    good = done.copy()
+    if w.slo_ttft_s is not None:
+        good[done] &= ttft <= w.slo_ttft_s
+    if w.slo_tpot_s is not None:
+        ok = np.ones(len(done), dtype=bool)
+        ok[multi] = tpot <= w.slo_tpot_s
+        good &= ok
+    return good
+
+
+def _block_waste(lens, bs: int) -> float:
+    """Mean share of the allocated block slots left empty: (⌈len/bs⌉·bs − len) / (⌈len/bs⌉·bs)."""
+    return float(np.mean((np.ceil(lens / bs) * bs - lens) / (np.ceil(lens / bs) * bs))) if lens.size else 0.0
 
 
 def meets_slo(res: dict, w) -> bool:

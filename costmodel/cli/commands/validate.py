@@ -48,7 +48,7 @@ def run(args):
     out_dir = Path(args.output_dir) if args.output_dir else VALIDATION_DIR
     written = []
     if args.fit or args.report:
-        from costmodel.calibration import calibrate, report
+        from costmodel.calibration import calibrate, fit_files, report
         from costmodel.errors import InputError
         from costmodel.inputs.outputs import check_output_path
         if not out_dir.is_dir():
@@ -59,10 +59,10 @@ def run(args):
         loso = calibrate.leave_one_source_out(ms, by=by)
         rows = loso["rows"]
         summary = dict(summarize(rows), mode=f"held_out (leave-one-{'table' if by == 'group' else 'publication'}-out)")
-        date = calibrate.today()
+        date = fit_files.today()
         if args.fit:
             split = f"{', '.join(files)} (all rows; held-out errors by leave-one-{'table' if by == 'group' else 'publication'}-out)"
-            written += calibrate.write_fit(loso, split, out_dir, date=date)
+            written += fit_files.write_fit(loso, split, out_dir, date=date)
         if args.report:
             in_sample = validate(ms, runtimes=calibrate.runtimes_from_fit(loso["full_fit"]))
             other = calibrate.leave_one_source_out(ms, by="group" if by == "publication" else "publication")
