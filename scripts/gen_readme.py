@@ -60,7 +60,8 @@ def validation_section(held_out: dict, by_table: dict, in_sample: dict, in_sampl
     words = {"median_abs_rel_error": "the median", "p90_abs_rel_error": "the p90", "n": "the row count"}
     verdict = ("met" if all(met.values()) else
                "not yet met (" + ", ".join(words.get(k, k) for k, v in met.items() if not v) + " missed)")
-    spec_s = load_runtime("eager").spec_step_overhead_s
+    eager = load_runtime("eager")
+    medusa_ops, medusa_syncs = eager.spec_host_ops("medusa"), eager.spec_syncs("medusa")
     sm_bw = load_runtime("llama.cpp").sm_bandwidth_bytes_per_s
     a100 = load_hardware("a100-80gb")
     sizes = [abs(r["rel_error"]) for r in in_sample_rows if r["metric"] == "weights_bytes"]
@@ -80,9 +81,11 @@ def validation_section(held_out: dict, by_table: dict, in_sample: dict, in_sampl
         f"held-out line) {three(in_sample)}. {cat['n']} more row{'s' if cat['n'] != 1 else ''} "
         f"compare{'' if cat['n'] != 1 else 's'} a yes/no outcome (`fits`: does the configuration fit in memory?) "
         f"instead of a number: {cat['agree']} of {cat['n']} agree.\n\n"
-        "Two runtime mechanisms carry fitted values: research code's host work per speculation step "
-        f"(`spec_step_overhead_s`, {spec_s * 1e3:.1f} ms for HF eager code: candidates, acceptance with a "
-        "device-to-host sync, KV compaction) and a kernel's bandwidth per SM (`sm_bandwidth_bytes_per_s`, "
+        "Research code's host work per speculation step (candidates, acceptance with device-to-host "
+        "syncs, KV compaction) is counted, not fitted: torch operations and syncs per step read from each "
+        f"method's public code (`runtimes/eager.yaml`: Medusa {medusa_ops:.0f} operations and {medusa_syncs:.0f} syncs), "
+        "each priced at the runtime's host cost per kernel and the device's launch plus host-link latency. "
+        "A fitted mechanism is a kernel's bandwidth per SM (`sm_bandwidth_bytes_per_s`, "
         f"{sm_bw / 1e9:.0f} GB/s for llama.cpp: its bytes in flight over the DRAM latency, which caps it at "
         f"{a100.sm_count} × {sm_bw / 1e9:.0f} GB/s = {a100.sm_count * sm_bw / 1e12:.2f} TB/s on an A100's "
         f"{a100.sm_count} SMs). The {len(sizes)} model sizes (`weights_bytes` rows) match to within "

@@ -54,7 +54,7 @@ def test_runtime_loader_rejects_a_negative_overhead():
         parse_runtime(data, "rt.yaml")
 
 
-@pytest.mark.parametrize("key", ["memory_bandwidth", "matrix"])
+@pytest.mark.parametrize("key", ["memory_bandwidth", "matrix", "matrix_fp8"])
 def test_hardware_loader_rejects_an_efficiency_above_one(key):
     data = yaml.safe_load((zoo_dir("hardware_specs") / "h100-sxm.yaml").read_text())
     data["efficiency"][key]["value"] = 1.08
@@ -67,6 +67,7 @@ def test_hardware_loader_rejects_an_efficiency_above_one(key):
 def test_every_hardware_efficiency_is_a_fraction(hid):
     hw = load_hardware(hid)
     assert 0 < hw.memory_efficiency <= 1.0 and 0 < hw.matrix_efficiency <= 1.0
+    assert all(0 < v <= 1.0 for _, v in hw.matrix_efficiency_by_dtype)
 
 
 def test_calibration_bounds_are_physical():

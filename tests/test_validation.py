@@ -15,7 +15,7 @@ import costmodel
 from costmodel.calibration import calibrate, report
 from costmodel.cli.main import main
 from costmodel.errors import InputError
-from costmodel.calibration.validate import (VALIDATION_DIR, load_measurements, parse_measurement, predict, summarize, validate)
+from costmodel.calibration.validate import (VALIDATION_DIR, default_paths, load_measurements, parse_measurement, predict, summarize, validate)
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = VALIDATION_DIR / "measurements.csv"
@@ -30,11 +30,20 @@ CSV = VALIDATION_DIR / "measurements.csv"
 # Leave-one-table-out: 9.1 / 29.2 / 86.9 with a fitted per-step speculation cost and kernels_per_pass;
 # 9.3 / 30.7 / 82.8 with both counted from the code instead (the less strict protocol loses a little
 # of what the fit absorbed; the headline below gains far more).
-GUARD = {"median_abs_rel_error": 0.10, "p90_abs_rel_error": 0.31, "within_25pct": 0.82}
+# With the never-seen serving rows (measurements_serving.csv) in the default data: 16.1 / 48.9 / 68.8 on
+# 276 rows (fp8 KV cache and the fp8 GEMM fraction in); 16.2 / 48.3 / 67.9 on 287 with the vLLM EAGLE chains
+# (reported, not fitted) and the audit fixes.
+GUARD = {"median_abs_rel_error": 0.17, "p90_abs_rel_error": 0.50, "within_25pct": 0.66}
 # Leave-one-publication-out (the headline): 18.1 / 81.6 / 56.6 before physical bounds; 18.2 / 82.9 / 57.6
 # with every efficiency <= 1; 14.7 / 50.5 / 69.7 with the speculation host work counted and unseen
 # parameters kept at their priors.
-LOPO_GUARD = {"median_abs_rel_error": 0.15, "p90_abs_rel_error": 0.51, "within_25pct": 0.69}
+# With the serving rows (276 rows): 21.5 / 49.9 / 59 without their fp8 KV cache; 18.9 / 49.7 / 61 with
+# it; 18.3 / 48.3 / 64.5 with fp8 GEMMs at their measured fraction (the project's own 99 rows: 15.9 / 41.4);
+# 19.8 / 50.2 / 60.1 on 288 rows once the 12 vLLM EAGLE-1/EAGLE-3 chain rows joined and calibrated vllm
+# (batch-1 TPOT on an inferred H100, predicted ~33 % too fast, against the MI300X rows of the same
+# runtime); 18.8 / 47.6 / 63.1 on 287 with those rows reported but not fitted (GPU not named in the
+# source) and the audit fixes (one Llama-2-70B row past its context left out).
+LOPO_GUARD = {"median_abs_rel_error": 0.195, "p90_abs_rel_error": 0.49, "within_25pct": 0.62}
 
 
 # fixtures `measurements`, `loso` (leave-one-table-out) and `lopo` (leave-one-publication-out):
@@ -42,9 +51,11 @@ LOPO_GUARD = {"median_abs_rel_error": 0.15, "p90_abs_rel_error": 0.51, "within_2
 
 
 def test_every_row_parses_and_evaluates(measurements):
-    with CSV.open(newline="", encoding="utf-8") as f:
-        raw = list(csv.DictReader(f))
-    assert len(measurements) == len(raw) >= 90
+    raw = []
+    for path in default_paths():        # measurements.csv and measurements_serving.csv
+        with path.open(newline="", encoding="utf-8") as f:
+            raw += list(csv.DictReader(f))
+    assert len(measurements) == len(raw) >= 200
     res = validate(measurements)
     assert len(res["rows"]) == len(raw)
     for r in res["rows"]:
@@ -207,7 +218,7 @@ def test_report_files(loso, measurements, tmp_path):
     text = (tmp_path / "REPORT.md").read_text()
     assert "Worst 10 rows" in text and "By strategy" in text and "By hardware" in text
     worst = text.split("## Worst 10 rows")[1].split("##")[0]
-    assert worst.count("\n| VP") + worst.count("\n| KV") >= 10
+    assert worst.count("\n| VP") + worst.count("\n| VS") + worst.count("\n| KV") >= 10
     assert (tmp_path / report.PLOT_NAME).read_bytes()[:4] == b"\x89PNG"
     band = yaml.safe_load((tmp_path / "error_band.yaml").read_text())
     assert band["overall"]["n"] == summarize(loso["rows"])["n"]
@@ -252,7 +263,8 @@ def test_calibrate_no_rows_are_reported_but_not_fitted(measurements):
     latency) carry calibrate=no: fit_rows leaves them out, validate still predicts them; a bad value of
     the column is an input error naming it."""
     off = {m.id for m in measurements if not m.calibrate}
-    assert off == {"VP215", "VP217", "VP220"}
+    # and the vLLM issue #20780 rows (VS170-VS182), whose GPU is inferred, not named
+    assert off == {"VP215", "VP217", "VP220"} | {f"VS{i}" for i in range(170, 183)}
     fitted = {m.id for m in calibrate.fit_rows(measurements)}
     assert not (off & fitted) and "VP218" in fitted
     assert off <= {r["id"] for r in validate()["rows"]}
@@ -285,3 +297,21 @@ def test_serving_columns_and_e2e_metric_accepted(tmp_path):
     assert ms[0].metric == "tokens_per_s_e2e" and ms[0].publication == "vllm-bench-2024"
     r = validate([p])["rows"][0]
     assert r["predicted"] > 0
+
+
+def test_every_serving_row_is_validated_or_listed_as_excluded_with_a_reason():
+    """VS001-VS192: each one is in measurements_serving.csv (a default file) or in excluded_serving.csv."""
+    assert [p.name for p in default_paths()] == ["measurements.csv", "measurements_serving.csv"]
+    with (VALIDATION_DIR / "measurements_serving.csv").open(newline="", encoding="utf-8") as f:
+        used = {r["id"] for r in csv.DictReader(f)}
+    with (VALIDATION_DIR / "excluded_serving.csv").open(newline="", encoding="utf-8") as f:
+        left = {r["id"]: r["reason"] for r in csv.DictReader(f)}
+    assert not used & set(left)
+    assert used | set(left) == {f"VS{i:03d}" for i in range(1, 193)}
+    assert all(len(why) > 20 for why in left.values())
+    with (VALIDATION_DIR / "measurements_serving.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    # TensorRT-LLM FP8 engines keep an fp8 KV cache; the FP16 A100 ones do not
+    for r in rows:
+        if r["runtime"] == "trt-llm":
+            assert r["kv_dtype"] in (("fp8",) if r["weight_dtype"] == "fp8" else ("", "fp16")), r["id"]

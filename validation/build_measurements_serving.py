@@ -21,7 +21,7 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-COLUMNS = ["id", "source_group", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "runtime",
+COLUMNS = ["id", "source_group", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "kv_dtype", "runtime",
            "batch_size", "prompt_len", "gen_len", "strategy", "draft_model", "draft_kv_budget", "gamma",
            "acceptance_rate", "mean_accepted_tokens", "tree_nodes", "tree_depth", "tree_parents", "power_mode",
            "source", "source_locator", "reliability", "calibrate", "notes", "publication", "throughput_definition"]
@@ -57,6 +57,9 @@ def fmt(x: float) -> str:
 TRT_MODEL = {"LLaMA 7B": "llama-2-7b", "LLaMA 70B": "llama-2-70b", "Mistral 7B": "mistral-7b",
              "Mixtral 8x7B": "mixtral-8x7b", "llama_13b": "llama-2-13b", "llama_70b": "llama-2-70b"}
 TRT_HW = {"H200": ("h200", "fp8"), "H100": ("h100-sxm", "fp8"), "L40S": ("l40s", "fp8"), "A100": ("a100-80gb", "fp16")}
+#: KV-cache dtype per weight precision of these tables: the FP8 engines are built with an FP8 KV cache
+#: (v0.5.0 build flags '--enable_fp8 --fp8_kv_cache'; later quantize.py '--kv_cache_dtype fp8'), FP16 engines keep fp16
+KV = {"fp8": "fp8", "fp16": "fp16"}
 TRT_HW_NOTE = {
     "h200": "H200 SXM 141GB",
     "h100-sxm": "H100-HBM3-80GB (SXM)",
@@ -200,7 +203,7 @@ def trt_rows():
         prec = "FP8" if dt == "fp8" else "FP16"
         total = v * tp
         add(source_group=f"trtllm09-tput-{gpu.lower()}", metric="tokens_per_s_e2e", value=fmt(total),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, runtime="trt-llm", batch_size=b,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=b,
             prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT09.format(gpu=gpu, prec=prec, model=model, b=b, tp=tp, isl=isl, osl=osl),
             reliability="table value" if tp == 1 else "table value x TP (per-GPU figure times TP)",
@@ -212,7 +215,7 @@ def trt_rows():
         hw, dt = TRT_HW[gpu]
         prec = "FP8" if dt == "fp8" else "FP16"
         add(source_group=f"trtllm09-ttft-{gpu.lower()}", metric="ttft_s", value=fmt(ms / 1000.0),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, runtime="trt-llm", batch_size=1,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=1,
             prompt_len=isl, gen_len=1, strategy="autoregressive",
             source_locator=(f"github NVIDIA/TensorRT-LLM docs/source/performance.md (v0.9.0 revision; search-index "
                             f"file id 5995251461) '## Low Latency' table '### {gpu} GPUs ({prec})', row {model} / "
@@ -223,7 +226,7 @@ def trt_rows():
     for model, b, tp, isl, osl, v in TRT061_H100:
         total = v * tp
         add(source_group="trtllm061-tput-h100", metric="tokens_per_s_e2e", value=fmt(total),
-            model=TRT_MODEL[model], hardware="h100-sxm", n_devices=tp, weight_dtype="fp8", runtime="trt-llm",
+            model=TRT_MODEL[model], hardware="h100-sxm", n_devices=tp, weight_dtype="fp8", kv_dtype="fp8", runtime="trt-llm",
             batch_size=b, prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT061.format(gpu="H100", prec="FP8", model=model, b=b, tp=tp, isl=isl, osl=osl,
                                              col="Throughput (out tok/s/GPU)"),
@@ -245,7 +248,7 @@ def trt_rows():
         hw, dt = TRT_HW[gpu]
         prec = "FP8" if dt == "fp8" else "FP16"
         add(source_group=f"trtllm05-tput-{gpu.lower()}", metric="tokens_per_s_e2e", value=fmt(v),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, runtime="trt-llm", batch_size=b,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=b,
             prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT05.format(gpu=gpu, prec=prec, model=model, b=b, tp=tp, isl=isl, osl=osl),
             reliability="table value",
@@ -256,7 +259,7 @@ def trt_rows():
     for model, b, tp, isl, osl, v in H200LAUNCH:
         total = v * tp
         add(source_group="trtllm-blog-h200launch", metric="tokens_per_s_e2e", value=fmt(total),
-            model=TRT_MODEL[model], hardware="h200", n_devices=tp, weight_dtype="fp8", runtime="trt-llm",
+            model=TRT_MODEL[model], hardware="h200", n_devices=tp, weight_dtype="fp8", kv_dtype="fp8", runtime="trt-llm",
             batch_size=b, prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_H200.format(model=model, b=b, tp=tp, isl=isl, osl=osl),
             reliability="table value" if tp == 1 else "table value x TP (per-GPU figure times TP)",
@@ -267,11 +270,13 @@ def trt_rows():
             throughput_definition="e2e", **SRC_H200)
     for b, isl, osl, v in F180:
         add(source_group="trtllm-blog-falcon180b-h200", metric="tokens_per_s_e2e", value=fmt(v),
-            model="llama-2-70b", hardware="h200", n_devices=1, weight_dtype="fp8", runtime="trt-llm", batch_size=b,
+            model="llama-2-70b", hardware="h200", n_devices=1, weight_dtype="fp8", kv_dtype="fp8", runtime="trt-llm", batch_size=b,
             prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_F180.format(isl=isl, osl=osl), reliability="table value",
             notes=(f"1xH200 TP1, FP8, static batch {b}; blog defines out_tps=output_seqlen*batch_size/total_latency/tp;"
-                   " v0.7a with the new GQA generation kernels; preliminary"),
+                   " v0.7a with the new GQA generation kernels; preliminary; FP8 KV cache not stated but implied: "
+                   "at batch 960 and 256 tokens an fp16 KV cache (320 KiB/token) is 80 GB, which with the 69 GB of "
+                   "FP8 weights exceeds the H200's 141 GB"),
             throughput_definition="e2e", **SRC_F180)
 
 
@@ -298,7 +303,7 @@ def rocm_rows():
     for (model, isl), lats in ROCM_LAT.items():
         for b, lat in zip([1, 2, 4, 8, 16, 32, 64, 128], lats):
             add(source_group="rocm-vllm-mi300x-latency", metric="e2e_latency_s", value=fmt(lat),
-                model=ROCM_MODEL[model], hardware="mi300x", n_devices=8, weight_dtype="fp8", runtime="vllm",
+                model=ROCM_MODEL[model], hardware="mi300x", n_devices=8, weight_dtype="fp8", kv_dtype="fp8", runtime="vllm",
                 batch_size=b, prompt_len=isl, gen_len=2048, strategy="autoregressive",
                 source_locator=LOC_ROCM.format(model=model, b=b, isl=isl), reliability="table value",
                 notes=("vLLM benchmark_latency.py (one batch, prefill + 2048 decode steps, mean of 5 iterations); "
@@ -312,7 +317,11 @@ def rocm_rows():
 # ---------------------------------------------------------------------------------------------------
 # vLLM V1 EAGLE-1 / EAGLE-3 chain speculation, Llama-3.1-8B-Instruct, batch 1, MT-Bench, TPOT from
 # benchmark_serving (excludes the first token). GitHub issue vllm-project/vllm#20780 (2025-07-10).
+# calibrate=no: the issue names neither the GPU (H100 inferred) nor the lengths, so these rows are
+# predicted and reported but do not calibrate the vllm profile (an inferred device would make a fitted
+# runtime parameter stand in for a hardware guess)
 SRC_VLLM_EAGLE = dict(
+    calibrate="no",
     source="vllm-project/vllm issue #20780 (ekagra-ranjan, 2025-07-10): EAGLE-1 vs EAGLE-3 acceptance length and "
            "TPOT on Llama-3.1-8B-Instruct, MT-Bench, BS 1",
     publication="vllm-issue-20780-eagle3")
@@ -424,6 +433,25 @@ def mlc_rows():
         publication="mlc-blog-2023-10-multigpu", throughput_definition="decode_only")
 
 
+#: rows the model cannot express yet, with the reason: written to ``excluded_serving.csv`` instead of
+#: ``measurements_serving.csv`` (predicate on the row -> reason; the first that matches)
+EXCLUDE = [
+    (lambda r: r["model"].startswith("llama-2") and int(r["prompt_len"]) + int(r["gen_len"]) > 4096,
+     "prompt_len + gen_len (128 + 4096) exceeds Llama-2's 4096-token context, which costmodel refuses "
+     "(max_context); the engine ran past the trained length"),
+    (lambda r: r["strategy"] == "tree" and not r["tree_nodes"] and not r["tree_parents"],
+     "SGLang EAGLE tree: topk and num_draft_tokens are not stated, so the tree's node count is unknown (only the "
+     "depth and the acceptance length are)"),
+]
+
+
+def excluded_reason(row: dict) -> str | None:
+    for pred, why in EXCLUDE:
+        if pred(row):
+            return why
+    return None
+
+
 def main():
     trt_rows()
     rocm_rows()
@@ -433,12 +461,20 @@ def main():
     mlc_rows()
     for i, r in enumerate(ROWS, start=1):
         r["id"] = f"VS{i:03d}"
+    keep = [r for r in ROWS if excluded_reason(r) is None]
+    left = [r for r in ROWS if excluded_reason(r) is not None]
     out = os.path.join(HERE, "measurements_serving.csv")
     with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
-        w.writerows(ROWS)
-    print(f"wrote {len(ROWS)} rows to {out}")
+        w.writerows(keep)
+    ex = os.path.join(HERE, "excluded_serving.csv")
+    with open(ex, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["id", "publication", "metric", "reason"], lineterminator="\n")
+        w.writeheader()
+        w.writerows({"id": r["id"], "publication": r["publication"], "metric": r["metric"],
+                     "reason": excluded_reason(r)} for r in left)
+    print(f"wrote {len(keep)} rows to {out} and {len(left)} to {ex}")
 
 
 if __name__ == "__main__":

@@ -354,8 +354,20 @@ def _no_unseen_priors():
     return {"KEEP_UNSEEN_PRIORS": False}
 
 
+def _no_fp8_matrix_efficiency():
+    """fp8 GEMMs priced at the fp16/bf16 GEMM fraction (``efficiency.matrix``) instead of their own
+    measured one (``efficiency.matrix_fp8``)."""
+    from costmodel.inputs.hardware import load_hardware
+
+    def rewrite(rec):
+        return {"hardware": dataclasses.replace(load_hardware(rec.hardware), matrix_efficiency_by_dtype=())}
+    return {"records": rewrite}
+
+
 #: name -> module-level overrides that switch one mechanism off; records may be rewritten by "records"
+#: (field values for every record, or a function of the record)
 ABLATIONS = {
+    "fp8 GEMM efficiency measured per dtype (matrix_fp8)": _no_fp8_matrix_efficiency,
     "physical bounds (efficiencies ≤ 1)": _no_bounds,
     "per-SM bandwidth cap (llama.cpp)": _no_sm_cap,
     "host work per speculation step (counted ops and syncs)": _no_spec_host,

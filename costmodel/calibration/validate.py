@@ -33,9 +33,9 @@ from costmodel.errors import InputError
 from costmodel.inputs.record import Record, parse_record
 
 VALIDATION_DIR = Path(__file__).resolve().parents[2] / "validation"
-#: the project's measurement files (measurements_serving.csv joins them once every row is expressible:
-#: its rows are then reported separately as never seen)
-DEFAULT_FILES = ("measurements.csv",)
+#: the project's measurement files: its own rows, and the serving-engine rows transcribed after the model was
+#: built (reported separately as never seen; the rows not yet expressible are in excluded_serving.csv)
+DEFAULT_FILES = ("measurements.csv", "measurements_serving.csv")
 
 #: columns that describe a measurement and are not configuration fields
 EXTRA_META = ("source_group", "publication", "throughput_definition", "calibrate", "method", "framework", "dataset", "derived_from", "baseline_value",
@@ -89,7 +89,7 @@ class Measurement:
 # ---------------------------------------------------------------------------------------------- loading
 
 def default_paths() -> list[Path]:
-    """The project's validation CSVs (``validation/measurements.csv``)."""
+    """The project's validation CSVs (``validation/measurements.csv``, ``measurements_serving.csv``)."""
     paths = [VALIDATION_DIR / f for f in DEFAULT_FILES if (VALIDATION_DIR / f).is_file()]
     if not paths:
         raise InputError("no default validation data found (validation/measurements.csv is part of a source "

@@ -59,6 +59,10 @@ class Hardware:
     tdp_w: float
     power_modes: tuple = ()
     power_mode: str | None = None
+    #: ((dtype, fraction), ...): a measured large-GEMM fraction for a matrix dtype whose kernels reach a
+    #: different share of their peak than the fp16/bf16 ones ``matrix_efficiency`` measures (YAML
+    #: ``efficiency.matrix_fp8``); a dtype not listed uses ``matrix_efficiency``
+    matrix_efficiency_by_dtype: tuple = ()
     sources: tuple = field(default=(), compare=False)
     source_file: str = ""
 
@@ -66,6 +70,12 @@ class Hardware:
         """Dense matrix FLOP/s for ``dtype``; falls back to the FP32 vector rate when unsupported."""
         v = self.matrix_flops_per_s.get(dtype)
         return float(v) if v else self.vector_flops_per_s
+
+    def matrix_efficiency_for(self, dtype: str) -> float:
+        """The measured fraction of ``dtype``'s dense peak a large GEMM reaches: the dtype's own
+        measurement where the spec has one (``efficiency.matrix_fp8``), else ``matrix_efficiency``
+        (measured with fp16/bf16 GEMMs)."""
+        return dict(self.matrix_efficiency_by_dtype).get(dtype, self.matrix_efficiency)
 
     def supports(self, dtype: str) -> bool:
         return bool(self.matrix_flops_per_s.get(dtype))
@@ -109,7 +119,7 @@ HW_KEYS = {
     "memory": ("type", "capacity_bytes", "usable_bytes", "bandwidth_bytes_per_s", "unified_with_cpu", "usable_basis"),
     "cache": ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_basis"),
     "launch": ("kernel_launch_s", "graph_kernel_launch_s", "basis"),
-    "efficiency": ("memory_bandwidth", "matrix"),
+    "efficiency": ("memory_bandwidth", "matrix", "matrix_fp8"),
     "interconnect": ("devices_per_node", "scale_up", "host", "network"),
     "power": ("tdp_w", "modes"),
 }
@@ -175,6 +185,7 @@ def parse_hardware(data, src: str) -> Hardware:
         l2_bandwidth_bytes_per_s=ca.num("l2_bandwidth_bytes_per_s", **BANDWIDTH),
         kernel_launch_s=la.num("kernel_launch_s", **SECONDS), graph_kernel_launch_s=la.num("graph_kernel_launch_s", **SECONDS),
         memory_efficiency=eff("memory_bandwidth"), matrix_efficiency=eff("matrix"),
+        matrix_efficiency_by_dtype=(("fp8", eff("matrix_fp8")),) if "matrix_fp8" in ef.data else (),
         devices_per_node=ic.num("devices_per_node", integer=True, min_value=1, max_value=4096),
         scale_up=_link(ic, "scale_up"), host=_link(ic, "host"), network=_link(ic, "network"),
         tdp_w=pw.num("tdp_w", **WATTS), power_modes=tuple(modes), sources=sources, source_file=src)
@@ -216,6 +227,9 @@ class HardwareStack(Hardware):
 
     def matrix_peak(self, dtype: str):
         return np.asarray([m.matrix_peak(dtype) for m in self.members], dtype=float).reshape(self.shape)
+
+    def matrix_efficiency_for(self, dtype: str):
+        return np.asarray([m.matrix_efficiency_for(dtype) for m in self.members], dtype=float).reshape(self.shape)
 
     def supports(self, dtype: str) -> bool:
         return self.members[0].supports(dtype)

@@ -20,7 +20,7 @@ def register(subparsers, common):
         description="Per-row prediction and relative error, summarised overall and by metric, strategy, "
                     "hardware and runtime. --report/--fit give held-out (leave-one-source-out) errors.")
     p.add_argument("csv", nargs="*", metavar="CSV", help="measurement CSVs (records plus id, metric, value, "
-                   "source); default: validation/measurements.csv")
+                   "source); default: validation/measurements.csv and measurements_serving.csv")
     p.add_argument("--fit", action="store_true",
                    help="fit the runtime parameters (calibration) and write them to runtimes/*.yaml and "
                         "calibration.yaml; reports held-out errors")
