@@ -343,3 +343,46 @@ def test_shared_prefix_pairs_and_kernels_by_hand():
     # shared_prefix_len = 0: the whole prompt is the prefix
     whole = evaluate(dict(dense, shared_prefix_len=0))
     assert whole["step_latency_s"] == evaluate(dense)["step_latency_s"]
+
+
+def _ar_ctx(rt_changes=None, **kw):
+    import dataclasses
+    from costmodel.engine.evaluate import build_exec, make_ctx
+    from costmodel.inputs.record import parse_record
+    rec = parse_record(dict(BASE, **kw))
+    ex = build_exec(rec)
+    if rt_changes:
+        ex = dataclasses.replace(ex, rt=dataclasses.replace(ex.rt, **rt_changes))
+    return make_ctx(rec, ex)
+
+
+def test_autoregressive_priced_at_a_given_batch_and_prompt_equals_that_record():
+    # the baseline callers price AR at other (B, P) than the record's: B = 3, P = 50 given to a
+    # B = 1, P = 1 record must equal the B = 3, P = 50 record (same G = 20), with 1 ms host work per
+    # sequence per step: the step is the decode pass + 3 · 1 ms
+    from costmodel.engine.strategies.autoregressive import ar_decode_pass, ar_step, autoregressive
+    per_seq = {"host_per_seq_s": 1e-3}
+    ref_ctx = _ar_ctx(per_seq, batch_size=3, prompt_len=50, gen_len=20)
+    ctx = _ar_ctx(per_seq, batch_size=1, prompt_len=1, gen_len=20)
+    ref, got = autoregressive(ref_ctx), autoregressive(ctx, B=3.0, P=50.0)
+    decode = float(ar_decode_pass(ref_ctx).time_s)
+    assert float(ref.step.time_s) == pytest.approx(decode + 3e-3, rel=1e-12)
+    assert float(ar_step(ref_ctx).time_s) == pytest.approx(decode + 3e-3, rel=1e-12)
+    assert float(ar_step(ctx, 3.0, 50.0).time_s) == float(ref.step.time_s)
+    assert float(ar_decode_pass(ctx, 3.0, 50.0).time_s) == decode
+    assert float(got.step.time_s) == float(ref.step.time_s)
+    assert float(got.prefill.time_s) == float(ref.prefill.time_s)
+    assert float(got.n_seqs) == 3.0 and float(got.tokens_per_step) == 1.0
+    assert float(got.memory.kv_total_bytes) == float(ref.memory.kv_total_bytes) == 3 * 70 * 2 * 128  # 2 layers · 128 B
+    assert {k: float(v) for k, v in got.memory.device.items()} == {k: float(v) for k, v in ref.memory.device.items()}
+    assert got.passes["decode"].ex is ctx.ex and got.passes["prefill"].ex is ctx.ex
+
+
+def test_autoregressive_decode_scores_over_the_mean_context(tmp_path):
+    # unfused kernel, B = 1, P = 1, G = 1000: the decode pass attends over L + 1 = 1 + 500 + 1 = 502
+    # positions (the prefill's 1 × 1 block is smaller): 4 B · 4 heads · 502
+    rt = open(f"{D}/unit-rt.yaml").read().replace("fused_attention: true", "fused_attention: false")
+    p = tmp_path / "unfused.yaml"
+    p.write_text(rt)
+    r = evaluate(dict(BASE, runtime=str(p), batch_size=1, prompt_len=1, gen_len=1000))
+    assert r["memory_attention_scores_bytes"] == 4 * 4 * 502

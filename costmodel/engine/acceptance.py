@@ -20,7 +20,9 @@ def geometric_sum(r, n_terms):
     """Σ_{j=0..n−1} r^j for arrays (r = 1 gives n)."""
     r = np.asarray(r, dtype=float)
     n = np.asarray(n_terms, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # 1 − r is 0 only at r = 1 exactly, where 1 − 1^n is 0 too (1^n = 1 for every n, inf and nan
+    # included): 0/0 is "invalid", never "divide"
+    with np.errstate(invalid="ignore"):
         s = (1.0 - r ** n) / (1.0 - r)
     return np.where(np.isclose(r, 1.0), n, s)
 
