@@ -29,7 +29,7 @@ def test_bare_id_is_the_default_version_and_adds_no_host_work():
     assert _eval("vllm") == _eval("vllm@0.8")
 
 
-@pytest.mark.parametrize("bad, words", [("vllm@0.4", "no profile for vllm@0.4"), ("trt-llm@0.9", "has no versions"),
+@pytest.mark.parametrize("bad, words", [("vllm@0.4", "no profile for vllm@0.4"), ("mlc@0.9", "has no versions"),
                                         ("vllm@x.y", "not a version number")])
 def test_bad_versions_are_input_errors(bad, words):
     with pytest.raises(InputError, match=words):
@@ -98,3 +98,42 @@ def test_version_entries_are_validated():
                        (({"2.0": {"source": "s"}}), "default_version")):
         with pytest.raises(InputError, match=words):
             parse_runtime(_profile(bad), "t.yaml")
+
+
+# --- TensorRT-LLM: GQA generation kernels (XQA) from 0.7 -------------------------------------------------
+
+@pytest.mark.parametrize("asked, picked, mode", [("0.5", "0.5", "per_query_head"), ("0.5.0", "0.5", "per_query_head"),
+                                                 ("0.6.1", "0.6", "per_query_head"), ("0.7", "0.7", "grouped"),
+                                                 ("0.9", "0.7", "grouped")])
+def test_trt_llm_versions_before_0_7_read_a_gqa_kv_head_once_per_query_head(asked, picked, mode):
+    rt = load_runtime(f"trt-llm@{asked}")
+    assert (rt.version, rt.gqa_attention) == (picked, mode)
+    assert load_runtime("trt-llm").gqa_attention == "grouped"    # the default (current) engine
+
+
+def test_trt_llm_0_5_gqa_extra_bytes_by_hand():
+    """Llama-2-70B (64 query heads, 8 KV heads, head_dim 128) TP1 on an H200 (L2 52,428,800 bytes), fp16
+    KV: r = 64/8 = 8; one layer's KV per token = 2 (K, V) x 8 x 128 x 2 bytes = 4096 bytes; 102,400
+    context tokens -> K = 419,430,400 bytes, h = 52,428,800 / 419,430,400 = 0.125; per_query_head
+    re-reads K r - 1 = 7 times: HBM 7 x K x 0.875 = 2,569,011,200 bytes, L2 7 x K x 0.125 = 367,001,600."""
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import gqa_extra_bytes
+    from costmodel.inputs.record import parse_record
+    rec = dict(model="llama-2-70b", hardware="h200", batch_size=1, prompt_len=1, gen_len=1, kv_dtype="fp16")
+    hbm, l2 = gqa_extra_bytes(build_exec(parse_record(dict(rec, runtime="trt-llm@0.5"))), 102400)
+    assert float(hbm) == pytest.approx(2_569_011_200, rel=1e-12)
+    assert float(l2) == pytest.approx(367_001_600, rel=1e-12)
+    assert gqa_extra_bytes(build_exec(parse_record(dict(rec, runtime="trt-llm@0.7"))), 102400) == (None, None)
+
+
+def test_a_fitted_profile_keeps_the_row_version_attributes():
+    """Validation swaps in the fitted profile of the runtime id; the row's engine version still applies."""
+    import dataclasses
+
+    from costmodel.calibration.validate import parse_measurement, record_for
+    m = parse_measurement({"id": "x", "metric": "tokens_per_s", "value": 1, "model": "llama-2-70b",
+                           "hardware": "h200", "runtime": "trt-llm@0.5", "batch_size": 1, "prompt_len": 1,
+                           "gen_len": 1})
+    fitted = dataclasses.replace(load_runtime("trt-llm"), step_overhead_s=0.001)
+    rt = record_for(m, {"trt-llm": fitted}).runtime
+    assert (rt.gqa_attention, rt.version, rt.step_overhead_s) == ("per_query_head", "0.5", 0.001)

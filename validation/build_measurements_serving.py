@@ -172,6 +172,9 @@ TRT05 = [  # (gpu, model, batch, tp, isl, osl, out tok/s total)
 ]
 
 # --- H200 launch blog (v0.5.0, per GPU, FP8) ------------------------------------------------------------
+# runtime trt-llm@0.5: the blog's table footnote reads 'TensorRT-LLM v0.5.0, TensorRT v9.1.0.4' (and its header
+# note 'The below data is using TensorRT-LLM v0.5'); the v0.5.0 / v0.6.1 tables run as trt-llm@0.5 / @0.6
+# (runtimes/trt-llm.yaml: no GQA generation kernel before v0.7)
 SRC_H200 = dict(
     source="NVIDIA TensorRT-LLM blog 'H200 achieves nearly 12,000 tokens/sec on Llama2-13B with TensorRT-LLM' "
            "(docs/source/blogs/H200launch.md; TensorRT-LLM v0.5.0, TensorRT 9.1.0.4)",
@@ -226,7 +229,7 @@ def trt_rows():
     for model, b, tp, isl, osl, v in TRT061_H100:
         total = v * tp
         add(source_group="trtllm061-tput-h100", metric="tokens_per_s_e2e", value=fmt(total),
-            model=TRT_MODEL[model], hardware="h100-sxm", n_devices=tp, weight_dtype="fp8", kv_dtype="fp8", runtime="trt-llm",
+            model=TRT_MODEL[model], hardware="h100-sxm", n_devices=tp, weight_dtype="fp8", kv_dtype="fp8", runtime="trt-llm@0.6",
             batch_size=b, prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT061.format(gpu="H100", prec="FP8", model=model, b=b, tp=tp, isl=isl, osl=osl,
                                              col="Throughput (out tok/s/GPU)"),
@@ -236,7 +239,7 @@ def trt_rows():
             throughput_definition="e2e", **SRC_TRT061)
     for model, b, tp, isl, osl, v in TRT061_A100_TP1:
         add(source_group="trtllm061-tput-a100", metric="tokens_per_s_e2e", value=fmt(v),
-            model=TRT_MODEL[model], hardware="a100-80gb", n_devices=tp, weight_dtype="fp16", runtime="trt-llm",
+            model=TRT_MODEL[model], hardware="a100-80gb", n_devices=tp, weight_dtype="fp16", runtime="trt-llm@0.6",
             batch_size=b, prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT061.format(gpu="A100", prec="FP16", model=model, b=b, tp=tp, isl=isl, osl=osl,
                                              col="Throughput (out tok/s)"),
@@ -248,7 +251,7 @@ def trt_rows():
         hw, dt = TRT_HW[gpu]
         prec = "FP8" if dt == "fp8" else "FP16"
         add(source_group=f"trtllm05-tput-{gpu.lower()}", metric="tokens_per_s_e2e", value=fmt(v),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=b,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm@0.5", batch_size=b,
             prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT05.format(gpu=gpu, prec=prec, model=model, b=b, tp=tp, isl=isl, osl=osl),
             reliability="table value",
@@ -259,7 +262,7 @@ def trt_rows():
     for model, b, tp, isl, osl, v in H200LAUNCH:
         total = v * tp
         add(source_group="trtllm-blog-h200launch", metric="tokens_per_s_e2e", value=fmt(total),
-            model=TRT_MODEL[model], hardware="h200", n_devices=tp, weight_dtype="fp8", kv_dtype="fp8", runtime="trt-llm",
+            model=TRT_MODEL[model], hardware="h200", n_devices=tp, weight_dtype="fp8", kv_dtype="fp8", runtime="trt-llm@0.5",
             batch_size=b, prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_H200.format(model=model, b=b, tp=tp, isl=isl, osl=osl),
             reliability="table value" if tp == 1 else "table value x TP (per-GPU figure times TP)",

@@ -54,7 +54,7 @@ import dataclasses
 
 import numpy as np
 
-from costmodel.inputs.runtime import Runtime, load_runtime
+from costmodel.inputs.runtime import Runtime, load_runtime, split_version
 from costmodel.calibration.validate import SIZE_METRICS, Measurement, load_measurements, predict, predict_arrays, row_result
 
 #: parameters fitted per runtime (the rest keep their YAML values)
@@ -382,7 +382,9 @@ ABLATIONS = {
     "host work per speculation step (counted ops and syncs)": _no_spec_host,
     "unseen parameters keep their priors": _no_unseen_priors,
     "all-reduce 'auto' (ring only)": lambda: {"records": {"allreduce_algorithm": "ring"}},
-    "GQA-unaware attention kernels (eager repeat_kv)": lambda: {"GQA_KERNELS": False},
+    # engine versions (trt-llm@0.5) set only their kernels' GQA mode in the validation rows: off = the bare id
+    "GQA-unaware attention kernels (eager repeat_kv, TensorRT-LLM before 0.7)": lambda: {
+        "GQA_KERNELS": False, "records": lambda r: {"runtime": split_version(r.runtime)[0]}},
     "per-sequence prefill (compiled)": lambda: {"PREFILL_PER_SEQUENCE": False},
     "Medusa heads from the checkpoint (5; off: one per tree level)": lambda: {
         "records": lambda r: {"medusa_heads": 4} if r.draft_model == "medusa" else {}},

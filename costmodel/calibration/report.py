@@ -40,10 +40,11 @@ def _diagnose_layout(row: dict, m: Measurement) -> str | None:
     pub = m.publication
     if rt == "trt-llm" and pub in ("trtllm-perf-v0.5.0", "trtllm-perf-v0.6.1", "trtllm-blog-h200-launch") \
             and rec.model == "llama-2-70b" and e is not None and e > 0.25:
-        return ("TensorRT-LLM before v0.7 decoded grouped-query attention without its GQA generation kernels: "
-                "its Falcon180B-H200 blog reports the v0.7 GQA kernels 'up to 2.4x improvement on Llama-70B over "
-                "TensorRT-LLM v0.5'; the model reads each KV head once (GQA-aware), so long-output 70B rows of "
-                "v0.5/v0.6 come out too fast (a per-version runtime attribute, not modelled yet)")
+        return ("TensorRT-LLM before v0.7 decoded grouped-query attention without its GQA generation kernels "
+                "(the Falcon180B-H200 blog: the v0.7 GQA kernels give 'up to 2.4x improvement on Llama-70B over "
+                "TensorRT-LLM v0.5'); these rows run as trt-llm@0.5/0.6 (one KV-head read per query head, the "
+                "re-reads served by L2 as far as it holds them), and what remains too fast is in the long-context "
+                "70B rows: the L2 share of the re-reads is an upper bound (no measured hit rate for these kernels)")
     if rec.model.startswith("mixtral") and rt == "trt-llm" and e is not None and abs(e) > 0.25:
         return ("MoE expert GEMMs: TensorRT-LLM 0.9's Mixtral reaches 3.8x fewer tokens/s per GPU than Mistral-7B "
                 "at TP1 although each GPU holds 0.9x the active weights per token; at batch 1 its 2048-token "

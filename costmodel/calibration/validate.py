@@ -189,9 +189,11 @@ def load_measurements(rows_or_paths=None) -> list[Measurement]:
 # ---------------------------------------------------------------------------------------------- predicting
 
 def record_for(m: Measurement, runtimes: dict | None = None) -> Record:
-    """The measurement's record, with its runtime replaced by ``runtimes[runtime id]`` when given."""
+    """The measurement's record, with its runtime replaced by ``runtimes[runtime id]`` when given (the
+    engine version the row names, ``trt-llm@0.5``, still applies its attributes on top)."""
     if runtimes and m.runtime in runtimes:
-        return m.record.replace(runtime=runtimes[m.runtime])
+        from costmodel.inputs.runtime import with_version
+        return m.record.replace(runtime=with_version(runtimes[m.runtime], m.record.runtime))
     return m.record
 
 

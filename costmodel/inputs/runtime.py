@@ -6,6 +6,7 @@ until ``costmodel validate --fit`` fits it). Efficiencies here multiply the hard
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -127,7 +128,8 @@ GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL + ("default_version", "versions")
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
-VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens")
+VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
+                "gqa_attention")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -248,7 +250,30 @@ def _version_entry(f: Fields, version: str | None):
         s.check_keys(("value", "source"))
         vals["scheduler"] = _scheduler(s)
         sources.append(("scheduler", s.text("source")))
+    s = e.sub("gqa_attention", required=False)
+    if s is not None:
+        s.check_keys(("value", "source"))
+    _optional(e, "gqa_attention", vals, sources, _gqa_attention)
     return vals, sources, want
+
+
+@functools.lru_cache(maxsize=64)
+def _version_values(path: str, version: str) -> tuple:
+    return tuple(sorted(_version_entry(Fields(load_yaml(path), path), version)[0].items()))
+
+
+def with_version(rt: Runtime, id_with_version) -> Runtime:
+    """``rt`` (a profile of the same runtime, e.g. with fitted parameters) with the attributes the
+    engine version named in ``id_with_version`` (``trt-llm@0.5``) sets applied on top, as
+    :func:`parse_runtime` applies them to the base profile; ``rt`` unchanged without ``@VERSION``."""
+    if not isinstance(id_with_version, str):
+        return rt
+    base, version = split_version(id_with_version)
+    if version is None:
+        return rt
+    path = str(resolve("runtimes", base, "runtime"))
+    vals = dict(_version_values(path, version))
+    return dataclasses.replace(rt, version=load_runtime(id_with_version).version, **vals)
 
 
 def _entries(s: Fields, allowed: tuple, what: str, to: str):
