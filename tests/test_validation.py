@@ -315,3 +315,17 @@ def test_every_serving_row_is_validated_or_listed_as_excluded_with_a_reason():
     for r in rows:
         if r["runtime"] == "trt-llm":
             assert r["kv_dtype"] in (("fp8",) if r["weight_dtype"] == "fp8" else ("", "fp16")), r["id"]
+
+
+def test_report_rewrite_keeps_the_load_curve_section(tmp_path):
+    """`validate --report` rewrites REPORT.md; the section another script wrote between its markers
+    (the serving load curves) must survive the rewrite, text unchanged."""
+    from costmodel.calibration.report import KEPT_MARKERS
+    from costmodel.inputs.outputs import kept_sections
+    section = "<!-- load-curves:start -->\n## Load curves\n\n| a | b |\n<!-- load-curves:end -->"
+    path = tmp_path / "REPORT.md"
+    path.write_text("# Validation report\n\nold body\n\n" + section + "\n", encoding="utf-8")
+    assert kept_sections(path, KEPT_MARKERS) == ["", section, ""]
+    assert kept_sections(tmp_path / "missing.md", KEPT_MARKERS) == []
+    path.write_text("# no markers here\n", encoding="utf-8")
+    assert kept_sections(path, KEPT_MARKERS) == []

@@ -13,7 +13,7 @@ from costmodel.engine import memory
 from costmodel.engine.evaluate import build_exec
 from costmodel.calibration.fit_files import fmt_value, today, write_error_band
 from costmodel.calibration.validate import Measurement
-from costmodel.inputs.outputs import atomic_path, atomic_text
+from costmodel.inputs.outputs import atomic_path, atomic_text, kept_sections
 
 # ------------------------------------------------------------------------------------------- diagnoses
 
@@ -249,6 +249,10 @@ def _table(title: str, groups: dict) -> list:
 GOALS = {"median_abs_rel_error": 0.12, "p90_abs_rel_error": 0.35, "n": 200}
 
 
+#: sections of REPORT.md that other scripts write between these markers (validation/serve_load_curves.py)
+KEPT_MARKERS = (("<!-- load-curves:start -->", "<!-- load-curves:end -->"),)
+
+
 def goals_met(s: dict) -> dict:
     return {"median_abs_rel_error": s["median_abs_rel_error"] <= GOALS["median_abs_rel_error"],
             "p90_abs_rel_error": s["p90_abs_rel_error"] <= GOALS["p90_abs_rel_error"],
@@ -279,8 +283,9 @@ def write_report(loso: dict, ms: list[Measurement], out_dir, *, in_sample: dict 
     L += _all_rows_section(rows)
     L += ["", f"Error band for the claim checker: `{Path(band).name}` (overall and per metric, held out).", ""]
     path = out_dir / "REPORT.md"
-    atomic_text(path, "\n".join(L))
+    atomic_text(path, "\n".join(L + kept_sections(path, KEPT_MARKERS)))
     return [str(path), png, band]
+
 
 
 def _summary_section(loso: dict, ms: list, s: dict, rows: list, headline: str, date: str, files, in_sample,

@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 from costmodel.errors import InputError
 
@@ -180,3 +181,19 @@ def spreadsheet_safe(df):
 def safe_cell(v):
     """One value for a CSV cell: text starting with a formula character gets a leading ``'``."""
     return "'" + v if isinstance(v, str) and v.startswith(FORMULA_START) else v
+
+
+def kept_sections(path, markers) -> list:
+    """The sections of an existing text file between each (start, end) marker pair, as lines to append
+    when the file is rewritten: a report rewritten by one command keeps what another script wrote
+    into it. [] when the file or a marker is missing."""
+    try:
+        old = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    out = []
+    for start, end in markers:
+        i, j = old.find(start), old.find(end)
+        if 0 <= i < j:
+            out += ["", old[i:j + len(end)], ""]
+    return out
