@@ -12,7 +12,7 @@ from costmodel.engine.strategies.common import decode_shape, prefill_shape
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.inputs.record import parse_record
 from costmodel.serving import serve
-from costmodel.serving.workload import gamma_for, parse_gamma_schedule
+from costmodel.inputs.schedule import gamma_for, parse_gamma_schedule
 
 AR = {"model": "llama-3-8b", "hardware": "h100-sxm", "runtime": "vllm"}
 # a draft must share the target's tokenizer: Llama-3.2-1B drafts for Llama-3-8B (128,256 tokens)

@@ -58,7 +58,7 @@ from costmodel.analysis.claims_model import Limits, Predictor, band_verdict, bou
     fmt_figure, hard_limits, parse_claim_record, recommend_cached, record_fields
 from costmodel.errors import InputError
 from costmodel.inputs import rules
-from costmodel.inputs.record import STRATEGIES
+from costmodel.inputs.fields import STRATEGIES
 
 __all__ = ["check", "check_claim", "load_claims", "load_error_band", "SEVERITY", "VERDICTS"]
 

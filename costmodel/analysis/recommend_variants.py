@@ -17,7 +17,8 @@ from costmodel.errors import InputError
 from costmodel.engine.evaluate import evaluate_arrays
 from costmodel.inputs.hardware import Hardware
 from costmodel.inputs.model import load_model
-from costmodel.inputs.record import DRAFT_KINDS, parse_record
+from costmodel.inputs.fields import DRAFT_KINDS
+from costmodel.inputs.record import parse_record
 
 DEFAULT_ALPHA = 0.7
 GAMMAS = tuple(range(1, 9))

@@ -29,7 +29,6 @@ def _diagnose_layout(row: dict, m: Measurement) -> str | None:
     and kernels (:func:`_diagnose_formats`)."""
     rec, e = m.record, row.get("rel_error")
     g, wd, rt = m.group, rec.weight_dtype, m.runtime
-    rate = m.metric in ("tokens_per_s_per_seq", "tokens_per_s")
     if m.categorical:
         if not row.get("predicted"):
             return "fit verdict disagrees with the observation"

@@ -22,7 +22,6 @@ how :mod:`costmodel.calibration.calibrate` evaluates a calibration fold.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from costmodel.fast.arrays import add_into, bcast, max_argmax, nonneg, times_broadcast
+from costmodel.fast.arrays import add_into, bcast, max_argmax, times_broadcast
 
 from costmodel.engine.ops import AffineOp, Exec, PassShape, kernel_count, layer_ops
 from costmodel.engine.roofline import BOUNDS, Cost, DeferredWork, OP_BOUND_NAMES, RECORD_OPS, as_dequant, compute_term_s, \

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve

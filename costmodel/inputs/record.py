@@ -16,9 +16,8 @@ import math
 
 from costmodel.errors import InputError, shown, shown_text, suggest
 from costmodel.inputs import rules
-from costmodel.inputs.fields import (BY_NAME, DRAFT_KINDS, DTYPE_CHOICES, KV_DTYPE_CHOICES, FIELD_NAMES, FIELDS, KERNELS,  # noqa: F401
-                                     MAX_RANKS, META_FIELDS, PLACEMENTS, REQUIRED_FIELDS, SCHEDULES, STRATEGIES,
-                                     SYNC, TREE_SHAPES)
+from costmodel.inputs.fields import (BY_NAME, DTYPE_CHOICES, KV_DTYPE_CHOICES, FIELD_NAMES, FIELDS, MAX_RANKS,
+                                     META_FIELDS, REQUIRED_FIELDS)
 
 _TYPES = {"text": "str", "choice": "str", "int": "int", "float": "float", "floats": "tuple", "ints": "tuple",
           "schedule": "str"}

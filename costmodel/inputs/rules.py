@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.errors import InputError
-from costmodel.inputs.fields import DRAFT_KINDS, MAX_RANKS  # noqa: F401  (MAX_RANKS: re-exported)
+from costmodel.inputs.fields import DRAFT_KINDS
 
 #: α and τ given together may differ by this fraction of τ
 TAU_TOLERANCE = 0.05

@@ -31,7 +31,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from costmodel.errors import InputError, suggest
-from costmodel.inputs.schedule import gamma_for, parse_gamma_schedule  # noqa: F401  (re-exported)
 
 SRC = "workload"
 

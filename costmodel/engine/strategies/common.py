@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from costmodel.engine.memory import Footprint
-from costmodel.engine.ops import Exec, PassShape, l2_hit_fraction  # noqa: F401  (re-exported)
+from costmodel.engine.ops import Exec, PassShape
 from costmodel.inputs.record import Record
 from costmodel.engine.roofline import Cost, overhead_cost
 from costmodel.engine.pass_cost import pass_cost
