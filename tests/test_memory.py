@@ -190,3 +190,28 @@ def test_unfused_attention_holds_the_score_block(tmp_path):
     assert r["memory_attention_scores_bytes"] == 4 * 4 * 20_000
     # and the prefill's scores are written and read once more: unfused ≥ fused
     assert r["ttft_s"] > evaluate(UNIT)["ttft_s"]
+
+
+def _windowed_unit_model(tmp_path, window, every):
+    """tests/data/unit-model.yaml with windowed attention (window ``window``, every ``every``-th layer global)."""
+    d = os.path.join(os.path.dirname(__file__), "data")
+    text = open(f"{d}/unit-model.yaml").read().replace("id: unit-model", "id: unit-windowed")
+    p = tmp_path / f"unit-windowed-{window}.yaml"     # one file per model (specs are cached by path)
+    p.write_text(text + f"attention:\n  window: {window}\n  global_layer_every: {every}\n")
+    return str(p), d
+
+
+def test_windowed_layers_keep_at_most_seqs_times_window_tokens_by_hand(tmp_path):
+    # unit model, 2 layers, every 2nd global: 1 global + 1 windowed layer (window 64); one layer's
+    # fp16 K and V of one token: 2 · 2 KV heads · 16 · 2 B = 128 B. B = 2 sequences of 100 + 20 tokens
+    # store 240 tokens; the windowed layer keeps at most B · W = 2 · 64 = 128 of them
+    model, d = _windowed_unit_model(tmp_path, 64, 2)
+    r = evaluate(dict(model=model, hardware=f"{d}/unit-hw.yaml", runtime=f"{d}/unit-rt.yaml",
+                      batch_size=2, prompt_len=100, gen_len=20))
+    assert r["memory_target_kv_bytes"] == 128 * (1 * 240 + 1 * 128) == 47_104
+    assert r["kv_cache_bytes"] == 47_104
+    # a window wider than a sequence caps nothing: W = 200 ≥ 120 tokens per sequence
+    model, d = _windowed_unit_model(tmp_path, 200, 2)
+    r = evaluate(dict(model=model, hardware=f"{d}/unit-hw.yaml", runtime=f"{d}/unit-rt.yaml",
+                      batch_size=2, prompt_len=100, gen_len=20))
+    assert r["memory_target_kv_bytes"] == 128 * 2 * 240 == 61_440
