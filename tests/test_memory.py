@@ -308,6 +308,7 @@ def _unfused_chunked(tmp_path, chunk):
     d = os.path.join(os.path.dirname(__file__), "data")
     p = tmp_path / f"unit-rt-unfused-chunk{chunk}.yaml"
     p.write_text(open(f"{d}/unit-rt.yaml").read().replace("fused_attention: true", "fused_attention: false")
+                 .replace("memory_overhead_bytes: {value: 0.0", "memory_overhead_bytes: {value: 1.0e+09")
                  + f"prefill_chunk_tokens: {{value: {chunk}, source: test}}\n")
     return dict(model=f"{d}/unit-model.yaml", hardware=f"{d}/unit-hw.yaml", runtime=str(p))
 
@@ -319,6 +320,44 @@ def test_chunked_prefill_caps_activations_and_scores_by_hand(tmp_path):
     assert r["memory_attention_scores_bytes"] == pytest.approx(4 * 4 * 6_400, rel=1e-15)
     # activations of 64 tokens: 2·64 + (64 + 64)/1 + 64 + 3·128 = 704 elements · 2 B; logits of the 2 last
     assert r["memory_activations_bytes"] == 64 * 704 * 2 + 2 * 1000 * 4 == 98_112
+    assert r["memory_runtime_overhead_bytes"] == 1e9       # the runtime's 1 GB, a part of its own
     # a prompt shorter than the chunk is not scaled: 1 × 10 tokens, 10² pairs
     r = evaluate(dict(_unfused_chunked(tmp_path, 64), batch_size=1, prompt_len=10, gen_len=20))
     assert r["memory_attention_scores_bytes"] == 4 * 4 * 100
+
+
+def test_one_token_prompt_holds_one_token_of_activations(tmp_path):
+    # B = 1, P = 1: the prefill and the decode passes both run 1 token with its logits:
+    # 704 elements · 2 B + 1000 · 4 B = 5,408 B
+    d = os.path.join(os.path.dirname(__file__), "data")
+    r = evaluate(dict(model=f"{d}/unit-model.yaml", hardware=f"{d}/unit-hw.yaml", runtime=f"{d}/unit-rt.yaml",
+                      batch_size=1, prompt_len=1, gen_len=20))
+    assert r["memory_activations_bytes"] == 704 * 2 + 1000 * 4 == 5_408
+
+
+def test_quantised_weights_of_a_mixed_plain_tied_moe_model_by_hand(tmp_path):
+    # unit model made 4 layers, plain FFN, tied embeddings; MoE after 1 dense layer: 4 routed experts
+    # (top-2) + 1 shared of width 32. int8 with 2 B of scale per input row: 1 + 2/d_in B per weight,
+    # w(64) = 1.03125, w(32) = 1.0625, w(128) = 1.015625; norms in fp16 (2 B)
+    d = os.path.join(os.path.dirname(__file__), "data")
+    model = tmp_path / "unit-mixed.yaml"
+    model.write_text(open(f"{d}/unit-model.yaml").read().replace("id: unit-model", "id: unit-mixed")
+                     .replace("n_layers: 2", "n_layers: 4").replace("n_experts: 1", "n_experts: 4")
+                     .replace("experts_per_token: 1", "experts_per_token: 2").replace("ffn_type: gated", "ffn_type: plain")
+                     .replace("tied_embeddings: false", "tied_embeddings: true")
+                     + "moe:\n  moe_d_ff: 32\n  n_shared_experts: 1\n  first_dense_layers: 1\n")
+    rt = tmp_path / "unit-rt-int8-scales.yaml"
+    rt.write_text(open(f"{d}/unit-rt.yaml").read() + "int8_scale_bytes_per_group: {value: 2.0, source: test}\n")
+    ex = build_exec(parse_record(dict(model=str(model), hardware=f"{d}/unit-hw.yaml", runtime=str(rt),
+                                      batch_size=1, prompt_len=10, gen_len=10, weight_dtype="int8")))
+    assert (ex.model.n_dense_layers, ex.model.n_moe_layers) == (1, 3)
+    # attention: q, k, v 64·(64 + 2·32) = 8,192 and o 64·64 = 4,096 weights at d_in 64; norms 2·64
+    attn = (8_192 + 4_096) * 1.03125 + 128 * 2
+    # dense layer, plain FFN of 128: up 64·128 at d_in 64, down 128·64 at d_in 128
+    dense = attn + 8_192 * 1.03125 + 8_192 * 1.015625
+    # MoE layer: router 64·4 at d_in 64; 5 experts of up 64·32 (d_in 64) and down 32·64 (d_in 32)
+    moe = attn + 256 * 1.03125 + 5 * 2_048 * 1.03125 + 5 * 2_048 * 1.0625
+    # tied embedding 1000·64 in the LM head's format (the body's, at d_in 64), no separate head; final norm
+    total = dense + 3 * moe + 64_000 * 1.03125 + 64 * 2
+    assert (dense, moe, total) == (29_696, 34_632, 199_720)
+    assert memory.weights_total_bytes(ex) == pytest.approx(total, rel=1e-15)
