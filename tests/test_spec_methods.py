@@ -252,3 +252,22 @@ def test_eagle3_params_and_embedding_qkv_of_a_small_target_by_hand(tmp_path):
     (qkv,) = eagle3_ops(head_exec(ex, "eagle3"), 3.0, 0.0)
     assert (qkv.name, qkv.count) == ("eagle3_embed_qkv", 1)
     assert float(qkv.flops) == 3 * 2 * 4_096
+
+
+def test_eagle3_head_weights_on_two_ranks_replicate_the_fc_by_hand():
+    import os
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.strategies.heads import head_weights_bytes, head_weights_total_bytes
+    from costmodel.inputs.record import parse_record
+    d = os.path.join(os.path.dirname(__file__), "data")
+    ex = build_exec(parse_record(dict(model=f"{d}/unit-model.yaml", hardware=f"{d}/unit-hw.yaml",
+                                      runtime=f"{d}/unit-rt.yaml", batch_size=1, prompt_len=10, gen_len=10,
+                                      n_devices=2)))
+    # unit model's head: 121,600 parameters (as above), of them the fc 3·64² = 12,288, kept whole on each
+    # of the 2 ranks, the rest split: per rank (121,600 − 12,288)/2 + 12,288 = 66,944 · 2 B (fp16)
+    assert head_weights_bytes(ex, "eagle3") == 66_944 * 2 == 133_888
+    # over both ranks: 121,600 − 12,288 + 2 · 12,288 = 133,888 parameters · 2 B
+    assert head_weights_total_bytes(ex, "eagle3") == 133_888 * 2 == 267_776
+    # a draft vocabulary of 500: 89,600 parameters
+    assert head_weights_bytes(ex, "eagle3", 500) == ((89_600 - 12_288) / 2 + 12_288) * 2 == 101_888
+    assert head_weights_total_bytes(ex, "eagle3", 500) == (89_600 - 12_288 + 2 * 12_288) * 2 == 203_776
