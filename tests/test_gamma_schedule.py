@@ -195,3 +195,15 @@ def test_schedule_note_says_how_tau_is_read():
     (note,) = [n for n in costmodel.evaluate(dict(SPEC, batch_size=1, gamma_schedule=SCHED))["notes"]
                if n.startswith("gamma_schedule")]
     assert "τ is read" not in note
+
+
+def test_passes_of_an_off_row_are_the_deployments_prefills_and_the_ar_decode():
+    from costmodel.engine.evaluate import evaluate_passes
+    p = evaluate_passes(dict(SPEC, batch_size=100, gamma_schedule=SCHED))
+    ar = evaluate_passes(dict(SPEC, batch_size=100, strategy="autoregressive", draft_model=None, acceptance_rate=None))
+    spec = evaluate_passes(dict(SPEC, batch_size=100, gamma=2))
+    # no draft or verification pass ran; the target's and the draft model's prefills are the deployment's
+    assert set(p) == {"prefill", "draft_prefill", "decode", "ar_decode"}
+    assert float(p["decode"].cost.time_s) == float(ar["decode"].cost.time_s)
+    assert float(p["prefill"].cost.time_s) == float(spec["prefill"].cost.time_s)
+    assert float(p["draft_prefill"].cost.time_s) == float(spec["draft_prefill"].cost.time_s)
