@@ -185,6 +185,9 @@ def test_off_rows_hold_the_draft_at_the_smallest_positive_gamma():
     assert never["peak_device_memory_bytes"] == costmodel.evaluate(dict(SPEC, batch_size=4, gamma=1))[
         "peak_device_memory_bytes"]
     assert never["tokens_per_step"] == 1.0
+    # a γ = 1 row speculates: its speedup is the γ = 1 deployment's, not the off rows' 1
+    on = costmodel.evaluate(dict(SPEC, batch_size=1, gamma_schedule="1-8:1,9-16:3,17-:0"))
+    assert on["speedup_vs_ar"] == costmodel.evaluate(dict(SPEC, batch_size=1, gamma=1))["speedup_vs_ar"] != 1.0
 
 
 def test_schedule_note_says_how_tau_is_read():
