@@ -1,0 +1,87 @@
+"""The MoE operators of one decoding pass (costmodel.engine.ops), worked out by hand on small unit models.
+
+tests/data/unit-model.yaml (d 64, 4 heads of 16, 2 KV heads, d_ff 128, gated, fp16) made MoE: 4 routed
+experts of width 32, top-2, 1 shared expert. One expert (gate, up, down) has 3·64·32 = 6,144 parameters.
+A pass of B = 2 sequences × 1 token: T = 2 tokens. Each operator is read per device and per layer
+(``Op.flops``, ``Op.hbm_bytes``; ``Op.count`` layers).
+"""
+
+import os
+
+import pytest
+
+from costmodel.engine.evaluate import build_exec
+from costmodel.engine.ops import layer_ops
+from costmodel.engine.strategies.common import decode_shape
+from costmodel.inputs.record import parse_record
+
+D = os.path.join(os.path.dirname(__file__), "data")
+EXPERT = 3 * 64 * 32        # 6,144 parameters
+
+
+def _ex(tmp_path, first_dense, **kw):
+    p = tmp_path / f"unit-moe-{first_dense}.yaml"
+    p.write_text(open(f"{D}/unit-model.yaml").read().replace("id: unit-model", f"id: unit-moe-{first_dense}")
+                 .replace("n_experts: 1", "n_experts: 4").replace("experts_per_token: 1", "experts_per_token: 2")
+                 + f"moe:\n  moe_d_ff: 32\n  n_shared_experts: 1\n  first_dense_layers: {first_dense}\n")
+    rec = dict(model=str(p), hardware=f"{D}/unit-hw.yaml", runtime=f"{D}/unit-rt.yaml", batch_size=2,
+               prompt_len=100, gen_len=20, **kw)
+    return build_exec(parse_record(rec))
+
+
+def _ops(ex):
+    return {op.name: op for op in layer_ops(decode_shape(2.0, 1.0, 110.0), ex)}
+
+
+def _work(op):
+    return float(op.count), float(op.flops), float(op.hbm_bytes)
+
+
+def test_dense_and_moe_layers_on_one_device_by_hand(tmp_path):
+    # 1 dense layer + 1 MoE layer, tp = ep = 1
+    ops = _ops(_ex(tmp_path, 1))
+    # dense FFN 3·64·128 = 24,576 parameters: 2·24,576·2 FLOPs; weights once + 2 tokens · (64 in + 64 out) · 2 B
+    assert _work(ops["ffn"]) == (1, 2 * 24_576 * 2, 24_576 * 2 + 2 * 128 * 2)
+    # routed experts: 2 tokens pick 2 of 4 experts each; experts read = 4·(1 − (1 − 2/4)²) = 3 (uniform
+    # routing); FLOPs 2·6,144·k·T = 2·6,144·2·2; activations T·(d in + d out)·2 B·k
+    assert 4 * (1 - (1 - 2 / 4) ** 2) == 3
+    assert _work(ops["moe_ffn"]) == (1, 2 * EXPERT * 2 * 2, 3 * EXPERT * 2 + 2 * 128 * 2 * 2)
+    # the shared expert runs every token: 2·6,144·2 FLOPs, its weights + 2 · 128 · 2 B
+    assert _work(ops["shared_experts"]) == (1, 2 * EXPERT * 2, EXPERT * 2 + 2 * 128 * 2)
+    # router 64 × 4: 2·256·2 FLOPs, 256 · 2 B + 2 tokens · (64 + 4) · 2 B
+    assert _work(ops["router"]) == (1, 2 * 256 * 2, 256 * 2 + 2 * 68 * 2)
+    # SiLU(gate)·up of the dense layer: 4·128 FLOPs and 3·128·2 B per token; of the MoE layer at width 32
+    assert _work(ops["ffn_activation"]) == (1, 4 * 128 * 2, 3 * 128 * 2 * 2)
+    assert _work(ops["moe_activation"]) == (1, 4 * 32 * 2, 3 * 32 * 2 * 2)
+
+
+def test_expert_parallel_with_attention_data_parallel_by_hand(tmp_path):
+    # 2 devices, tp 1, ep 2 (dp 2): each device runs 1 of the 2 sequences (T = 1 token) through its
+    # attention and dense layers, and receives the stage's k·T/ep = 2·2/2 = 2 token-expert pairs on its
+    # 4/2 = 2 experts, of which 2·(1 − (1 − 2/4)²) = 1.5 are read
+    ops = _ops(_ex(tmp_path, 1, n_devices=2, tensor_parallel=1, expert_parallel=2))
+    assert _work(ops["moe_ffn"]) == (1, 2 * EXPERT * 2, 1.5 * EXPERT * 2 + 2 * 128 * 2)
+    assert _work(ops["ffn"]) == (1, 2 * 24_576 * 1, 24_576 * 2 + 1 * 128 * 2)
+    assert _work(ops["shared_experts"]) == (1, 2 * EXPERT * 1, EXPERT * 2 + 1 * 128 * 2)
+    # the MoE activation over the stage's 2 tokens, each expert's width split over ep: 32/2 = 16
+    assert _work(ops["moe_activation"]) == (1, 4 * 16 * 2, 3 * 16 * 2 * 2)
+    assert _work(ops["ffn_activation"]) == (1, 4 * 128 * 1, 3 * 128 * 2 * 1)
+
+
+def test_all_moe_layers_under_expert_parallel_by_hand(tmp_path):
+    # both layers MoE, ep 2 (dp 2): one activation operator over the 2 layers, the stage's 2 tokens at
+    # width 32/2 = 16; no dense FFN
+    ops = _ops(_ex(tmp_path, 0, n_devices=2, tensor_parallel=1, expert_parallel=2))
+    assert "ffn" not in ops and "moe_activation" not in ops
+    assert _work(ops["ffn_activation"]) == (2, 4 * 16 * 2, 3 * 16 * 2 * 2)
+    assert _work(ops["moe_ffn"]) == (2, 2 * EXPERT * 2, 1.5 * EXPERT * 2 + 2 * 128 * 2)
+
+
+def test_tensor_parallel_moe_splits_each_expert_by_hand(tmp_path):
+    # tp 2, ep 1: every device holds half of each expert (3,072 parameters) and sees all T = 2 tokens
+    ops = _ops(_ex(tmp_path, 1, n_devices=2))
+    assert _work(ops["moe_ffn"]) == (1, 2 * (EXPERT / 2) * 2 * 2, 3 * (EXPERT / 2) * 2 + 2 * 128 * 2 * 2)
+    assert _work(ops["shared_experts"]) == (1, 2 * (EXPERT / 2) * 2, EXPERT / 2 * 2 + 2 * 128 * 2)
+    assert _work(ops["moe_activation"]) == (1, 4 * 16 * 2, 3 * 16 * 2 * 2)
+    assert _work(ops["ffn_activation"]) == (1, 4 * 64 * 2, 3 * 64 * 2 * 2)
+    assert float(ops["router"].flops) == pytest.approx(2 * 256 * 2)
