@@ -58,3 +58,32 @@ def test_unfused_kernel_writes_and_reads_the_fp32_scores():
     # pairs 4·(40,010 + 1) = 160,044 per head; 4 heads · 4 B, written once and read once
     count, hbm, l2 = _attention(gqa_attention="grouped", fused_attention=False)
     assert hbm == BASE + 2 * 4 * 4 * 160_044
+
+
+# --------------------------------------------------------------------------- MLA
+# the unit model with MLA: latent kv_lora 32 + rope 8, no q LoRA, per head nope 16 + rope 8 for q·k and
+# v 16; K/V up-projection 32 · 4 heads · (16 + 16) = 4,096 parameters. Per (query, key) pair and head
+# the absorbed form costs 2·(2·32 + 8) = 144 FLOPs; the up-projected form 2·(16 + 8 + 16) = 80 FLOPs
+# plus 2·4,096 FLOPs per cached token it expands (the context read less the pass's own tokens).
+def _mla_attention(tmp_path, shape):
+    p = tmp_path / "unit-mla.yaml"
+    p.write_text(open(f"{D}/unit-model.yaml").read().replace("id: unit-model", "id: unit-mla")
+                 + "mla:\n  kv_lora_rank: 32\n  q_lora_rank: null\n  qk_rope_head_dim: 8\n"
+                 + "  qk_nope_head_dim: 16\n  v_head_dim: 16\n")
+    ex = build_exec(parse_record(dict(model=str(p), hardware=f"{D}/unit-hw.yaml", runtime=f"{D}/unit-rt.yaml",
+                                      batch_size=2, prompt_len=100, gen_len=20)))
+    (op,) = [o for o in layer_ops(shape, ex) if o.name == "attention"]
+    return float(op.flops)
+
+
+def test_mla_decode_attends_in_the_absorbed_form(tmp_path):
+    # 2 sequences × 1 token over 110: 222 pairs, 220 tokens read; absorbed 4 heads · 144 · 222 = 127,872
+    # < up-projected 4 · 80 · 222 + 2·4,096 · (220 − 2) = 1,856,896
+    assert _mla_attention(tmp_path, decode_shape(2.0, 1.0, 110.0)) == 4 * 144 * 222 == 127_872
+
+
+def test_mla_prefill_attends_in_the_up_projected_form(tmp_path):
+    # one prompt of 100: 5,050 pairs, the 100 tokens read are the pass's own (nothing to expand):
+    # up-projected 4 · 80 · 5,050 = 1,616,000 < absorbed 4 · 144 · 5,050 = 2,908,800
+    from costmodel.engine.strategies.common import prefill_shape
+    assert _mla_attention(tmp_path, prefill_shape(1.0, 100.0)) == 4 * 80 * 5_050 == 1_616_000
