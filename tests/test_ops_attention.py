@@ -109,3 +109,49 @@ def test_mla_projections_by_hand(tmp_path):
     assert (float(ops["qkv_proj"].flops), float(ops["qkv_proj"].hbm_bytes)) == (2 * p * 2, p * 2 + 2 * (64 + 88) * 2)
     # the output projection reads heads·v = 4·16/2 = 32 per rank: 32 × 64
     assert float(ops["o_proj"].flops) == 2 * 32 * 64 * 2
+
+
+def test_dense_layer_vector_work_and_tp_attention_traffic_by_hand():
+    # unit model, 2 tokens: two RMSNorms, RoPE and residual adds 12·64 FLOPs a token; SiLU(gate)·up
+    # 4·128 FLOPs and 3·128·2 B a token
+    ex = build_exec(parse_record(dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml",
+                                      runtime=f"{D}/unit-rt.yaml", batch_size=2, prompt_len=100, gen_len=20)))
+    ops = {o.name: o for o in layer_ops(decode_shape(2.0, 1.0, 110.0), ex)}
+    assert (float(ops["norm_rope_residual"].flops), float(ops["norm_rope_residual"].hbm_bytes)) == \
+        (12 * 64 * 2, 6 * 64 * 2 * 2)
+    assert (float(ops["ffn_activation"].flops), float(ops["ffn_activation"].hbm_bytes)) == (4 * 128 * 2, 3 * 128 * 2 * 2)
+    # tp = 2: each rank keeps 1 KV head (64 B of K and V a token and layer) and 2 query heads (q and o 2·32·2 B)
+    ex2 = build_exec(parse_record(dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml",
+                                       runtime=f"{D}/unit-rt.yaml", batch_size=2, prompt_len=100, gen_len=20,
+                                       n_devices=2)))
+    (att,) = [o for o in layer_ops(decode_shape(2.0, 1.0, 110.0), ex2) if o.name == "attention"]
+    assert float(att.hbm_bytes) == 220 * 64 + 2 * 64 + 2 * 128
+
+
+def test_repeat_kv_adds_nothing_to_multi_head_attention():
+    # Llama-2-7B has as many KV heads as query heads (r = 1): nothing to repeat
+    from costmodel.engine.ops import gqa_extra_bytes
+    ex = build_exec(parse_record(dict(model="llama-2-7b", hardware="a100-80gb", batch_size=1, prompt_len=10,
+                                      gen_len=10)))
+    ex = dataclasses.replace(ex, rt=dataclasses.replace(ex.rt, gqa_attention="repeat_kv"))
+    assert gqa_extra_bytes(ex, 100.0) == (None, None)
+
+
+def test_kernel_launches_of_a_pass_by_hand():
+    # 5 kernels per layer (one of them attention), 3 per pass; 2 layers: 2·(5 − 1 + 1) + 3 = 13;
+    # a pass whose attention runs 3 launches per layer: 2·(5 − 1 + 3) + 3 = 17; an extra operator adds its count
+    from costmodel.engine.ops import PassShape, gemm, kernel_count
+    ex = build_exec(parse_record(dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml",
+                                      runtime=f"{D}/unit-rt.yaml", batch_size=2, prompt_len=100, gen_len=20)))
+    ex = dataclasses.replace(ex, rt=dataclasses.replace(ex.rt, kernels_per_layer=5.0, kernels_per_pass=3.0))
+    assert float(kernel_count(decode_shape(2.0, 1.0, 110.0), ex)) == 13
+    three = PassShape(tokens=2.0, pairs=222.0, kv_hbm_tokens=220.0, attn_kernels=3.0)
+    assert float(kernel_count(three, ex)) == 17
+    extra = [gemm("extra", 64 * 64, 2.0, 64, 64, ex, count=1)]
+    assert float(kernel_count(decode_shape(2.0, 1.0, 110.0, extra), ex)) == 14
+
+
+def test_mla_projections_without_q_lora_under_tp_by_hand(tmp_path):
+    # no q LoRA, tp = 2: d·q/2 = 64·48 = 3,072, down-projection 2,560 whole, K/V up 4,096/2 = 2,048
+    ops = _mla_ops(tmp_path, decode_shape(2.0, 1.0, 110.0), n_devices=2)
+    assert float(ops["qkv_proj"].flops) == 2 * (3_072 + 2_560 + 2_048) * 2
