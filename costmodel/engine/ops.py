@@ -9,7 +9,9 @@ for the group. Formulas (per layer unless stated):
               embedding in their own formats: Exec.w_bytes_for, lm_head_w_bytes, embedding_w_bytes);
               weight-only int8/int4 (and fp8 on GPUs without fp8 units): + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
               once per weight read, independent of tokens), which add to the operator's compute term
-* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
+* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts; a
+              runtime without fp8 MoE kernels (Runtime.fp8_moe_experts) keeps an fp8 engine's experts
+              in fp16: 2 bytes per weight, FLOPs at the fp16 matrix rate (Exec.expert_matrix_flops_per_s)
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
               L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
@@ -157,6 +159,28 @@ class Exec:
         return self.hw.matrix_peak(cd) * self.hw.matrix_efficiency_for(cd) * self.rt.compute_efficiency
 
     @functools.cached_property
+    def experts_in_activation_dtype(self) -> bool:
+        """An fp8 engine whose runtime keeps the MoE experts out of fp8 (``Runtime.fp8_moe_experts``
+        False, e.g. TensorRT-LLM before 0.10): the routed and shared experts are stored and multiplied
+        in the activation dtype (fp16/bf16) while the other matrices run fp8."""
+        return self.weight_dtype == "fp8" and not self.rt.fp8_moe_experts and bool(self.model.n_moe_layers)
+
+    def expert_w_bytes_for(self, d_in) -> float:
+        """Bytes per MoE-expert weight: the activation dtype's when ``experts_in_activation_dtype``,
+        else the body's format (``w_bytes_for``)."""
+        return self.act_bytes if self.experts_in_activation_dtype else self.w_bytes_for(d_in)
+
+    @functools.cached_property
+    def expert_matrix_flops_per_s(self):
+        """Achievable matrix FLOP/s of the MoE experts' GEMMs: ``matrix_flops_per_s`` at the compute
+        dtype of the activations (fp16: peak(fp16) · the hardware's fp16 GEMM fraction · the runtime's
+        efficiency) when ``experts_in_activation_dtype``; None (the body's rate) otherwise."""
+        if not self.experts_in_activation_dtype:
+            return None
+        cd = dtypes.compute_dtype("fp16", self.hw)
+        return self.hw.matrix_peak(cd) * self.hw.matrix_efficiency_for(cd) * self.rt.compute_efficiency
+
+    @functools.cached_property
     def vector_flops_per_s(self) -> float:
         return self.hw.vector_flops_per_s * self.rt.compute_efficiency
 
@@ -187,6 +211,9 @@ class Op:
     #: vector-unit (CUDA-core) FLOPs spent inside this matrix operator besides its matrix FLOPs:
     #: unpacking and scaling weight-only quantised weights (``Exec.dequant_flops_per_weight``)
     dequant_flops: object = 0.0
+    #: the matrix rate this operator runs at when not the pass's (``Exec.expert_matrix_flops_per_s``:
+    #: MoE experts kept in fp16 in an fp8 engine); None = ``Exec.matrix_flops_per_s``
+    unit_flops_per_s: object = None
 
 
 _LAZY = object()
@@ -244,17 +271,22 @@ class PassShape:
     extra_ops: list = field(default_factory=list)
 
 
-def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
+def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None, expert=False) -> Op:
     """2·params·tokens FLOPs; weights once (in the runtime's stored format, scales included: the
-    ``lm_head`` in ``Exec.lm_head_w_bytes``, the others in ``Exec.w_bytes_for(d_in)``) plus activations
-    in and out; weight-only quantised weights are dequantised once per pass on the vector units
-    (params · dequant_flops_per_weight; none for an LM head the runtime keeps unquantised)."""
+    ``lm_head`` in ``Exec.lm_head_w_bytes``, MoE experts (``expert``) in ``Exec.expert_w_bytes_for``,
+    the others in ``Exec.w_bytes_for(d_in)``) plus activations in and out; weight-only quantised
+    weights are dequantised once per pass on the vector units (params · dequant_flops_per_weight;
+    none for an LM head the runtime keeps unquantised or experts kept in the activation dtype)."""
     t = np.asarray(tokens, dtype=float)
     head = name == "lm_head"
-    w = ex.lm_head_w_bytes if head else ex.w_bytes_for(d_in)
-    dq = 0.0 if head and not ex.rt.quantize_lm_head else ex.dequant_flops_per_weight
-    return AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
-                    h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
+    w = ex.lm_head_w_bytes if head else ex.expert_w_bytes_for(d_in) if expert else ex.w_bytes_for(d_in)
+    dq = 0.0 if (head and not ex.rt.quantize_lm_head) or (expert and ex.experts_in_activation_dtype) \
+        else ex.dequant_flops_per_weight
+    op = AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
+                  h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
+    if expert and ex.expert_matrix_flops_per_s is not None:
+        op.unit_flops_per_s = ex.expert_matrix_flops_per_s
+    return op
 
 
 def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
@@ -347,6 +379,8 @@ def _routed_experts_op(ex: Exec, t_stage) -> Op:
     d, L = m.d_model, m.n_moe_layers
     e, k = m.n_experts, m.experts_per_token
     t = t_stage
+    w = ex.expert_w_bytes_for(d)
+    dq = 0.0 if ex.experts_in_activation_dtype else ex.dequant_flops_per_weight
     if ex.ep <= 1:
         distinct = e * (1.0 - (1.0 - k / e) ** t)
         per_expert = m.expert_params / ex.tp
@@ -356,9 +390,9 @@ def _routed_experts_op(ex: Exec, t_stage) -> Op:
         per_expert = float(m.expert_params)
         pairs = t * k / ex.ep
         flops, acts = 2.0 * per_expert * pairs, pairs * (d + d) * act
-    return Op("moe_ffn", "matrix", L, flops=flops, hbm_bytes=distinct * per_expert * ex.w_bytes + acts,
-              dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
-                             if ex.dequant_flops_per_weight else 0.0))
+    return Op("moe_ffn", "matrix", L, flops=flops, hbm_bytes=distinct * per_expert * w + acts,
+              dequant_flops=distinct * per_expert * dq if dq else 0.0,
+              unit_flops_per_s=ex.expert_matrix_flops_per_s)
 
 
 def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
@@ -377,7 +411,7 @@ def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
         per_expert = m.expert_params / tp
         ops.append(_routed_experts_op(ex, t_stage if ex.ep > 1 else t))
         if m.n_shared_experts:
-            ops.append(gemm("shared_experts", m.n_shared_experts * per_expert, t, d, d, ex, count=L))
+            ops.append(gemm("shared_experts", m.n_shared_experts * per_expert, t, d, d, ex, count=L, expert=True))
         ops.append(gemm("router", d * e, t, d, e, ex, count=L))
     if m.n_moe_layers and m.n_dense_layers:
         ops.append(AffineOp("ffn_activation", "vector", m.n_dense_layers, t, f1=4.0 * m.d_ff / tp, h0=0.0,

@@ -285,8 +285,9 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
             if getattr(dq, "ndim", 0):
                 return None
             dq = float(dq)
-        terms = roofline_terms(op.kind, f, h, float(l2), float(cm), dq, peak_v if op.kind == "vector" else peak_m,
-                               peak_v, bw, l2bw)
+        own = op.unit_flops_per_s
+        rate = peak_v if op.kind == "vector" else peak_m if own is None else float(own)
+        terms = roofline_terms(op.kind, f, h, float(l2), float(cm), dq, rate, peak_v, bw, l2bw)
         for x in terms:
             if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
                 return None
