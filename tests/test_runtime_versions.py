@@ -137,3 +137,55 @@ def test_a_fitted_profile_keeps_the_row_version_attributes():
     fitted = dataclasses.replace(load_runtime("trt-llm"), step_overhead_s=0.001)
     rt = record_for(m, {"trt-llm": fitted}).runtime
     assert (rt.gqa_attention, rt.version, rt.step_overhead_s) == ("per_query_head", "0.5", 0.001)
+
+
+# --- TensorRT-LLM: fp8 MoE experts from 0.10 ---------------------------------------------------------------
+
+def _moe_ffn(runtime, weight_dtype="fp8", hardware="h100-sxm", tokens=512.0):
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import PassShape, layer_ops
+    from costmodel.inputs.record import parse_record
+    ex = build_exec(parse_record(dict(model="mixtral-8x7b", hardware=hardware, runtime=runtime, batch_size=1,
+                                      prompt_len=1, gen_len=1, weight_dtype=weight_dtype, kv_dtype="fp16")))
+    op = next(o for o in layer_ops(PassShape(tokens=tokens, pairs=0.0, kv_hbm_tokens=0.0), ex) if o.name == "moe_ffn")
+    return ex, op
+
+
+@pytest.mark.parametrize("asked, picked, fp8_experts", [("0.5", "0.5", False), ("0.9", "0.7", False),
+                                                        ("0.10", "0.10", True), ("0.12", "0.10", True)])
+def test_trt_llm_versions_before_0_10_have_no_fp8_moe(asked, picked, fp8_experts):
+    rt = load_runtime(f"trt-llm@{asked}")
+    assert (rt.version, rt.fp8_moe_experts) == (picked, fp8_experts)
+    assert load_runtime("trt-llm").fp8_moe_experts          # the default (current) engine
+
+
+def test_trt_llm_0_9_fp8_mixtral_experts_by_hand():
+    """Mixtral-8x7B (d 4096, expert d_ff 14336, 8 experts, top-2) fp8 on one H100 SXM, 512 tokens in the
+    pass. One expert: 3 x 4096 x 14336 = 176,160,768 weights; every expert is touched
+    (8 x (1 - 0.75^512) = 8 to 1e-60). FLOPs = 2 x 176,160,768 x 2 (k) x 512 = 360,777,252,864 either way;
+    bytes = 8 x 176,160,768 x 1 + 512 x (4096 + 4096) x 2 bytes x 2 (k) = 1,409,286,144 + 16,777,216
+    = 1,426,063,360 either way (1-byte weights).
+    0.10+: fp8 GEMM at 1.9789e15 x 0.698 = 1.38127e15 FLOP/s, no dequantisation.
+    0.9: weight-only: fp16 rate 9.894e14 x 0.798 = 7.89541e14 FLOP/s (trt-llm compute_efficiency 1.0)
+    plus int8's 2 dequantisation FLOPs per weight read: 8 x 176,160,768 x 2 = 2,818,572,288."""
+    from costmodel.engine.roofline import unit_flops_per_s
+    new_ex, new = _moe_ffn("trt-llm@0.10")
+    old_ex, old = _moe_ffn("trt-llm@0.9")
+    assert float(new.flops) == float(old.flops) == pytest.approx(360_777_252_864, rel=1e-12)
+    assert float(new.hbm_bytes) == float(old.hbm_bytes) == pytest.approx(1_426_063_360, rel=1e-9)
+    assert unit_flops_per_s(new, new_ex) == pytest.approx(1.9789e15 * 0.698, rel=1e-12)
+    assert unit_flops_per_s(old, old_ex) == pytest.approx(9.894e14 * 0.798, rel=1e-12)
+    assert (float(new.dequant_flops), float(old.dequant_flops)) == (0.0, pytest.approx(2_818_572_288, rel=1e-12))
+    # attention and the other linears stay fp8: the non-expert operators are the same
+    from costmodel.engine.ops import PassShape, layer_ops
+    shape = PassShape(tokens=512.0, pairs=0.0, kv_hbm_tokens=0.0)
+    rest = [[(o.name, float(o.flops), float(o.hbm_bytes), o.unit_flops_per_s) for o in layer_ops(shape, ex)
+             if o.name != "moe_ffn"] for ex in (new_ex, old_ex)]
+    assert rest[0] == rest[1]
+
+
+def test_fp16_engines_and_dense_models_are_unchanged_by_the_fp8_moe_attribute():
+    """An fp16 engine keeps its experts in fp16 in every version (A100 rows of the v0.9.0 tables)."""
+    _, a = _moe_ffn("trt-llm@0.9", weight_dtype="fp16", hardware="a100-80gb")
+    _, b = _moe_ffn("trt-llm@0.10", weight_dtype="fp16", hardware="a100-80gb")
+    assert (float(a.flops), float(a.hbm_bytes), a.unit_flops_per_s) == (float(b.flops), float(b.hbm_bytes), None)

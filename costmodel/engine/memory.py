@@ -49,15 +49,11 @@ def weights_total_bytes(ex: Exec) -> float:
     """Weights of the whole model (all devices, no TP replication): decoder matrices in the quantised
     format (scale bytes per matrix at its own d_in), norms in the activation dtype when quantised,
     token embedding and (untied) LM head in their own formats (``Exec.embedding_w_bytes``,
-    ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes, plus
-    (activation bytes − w_bytes) per MoE-expert weight when the runtime keeps an fp8 engine's experts
-    in fp16/bf16 (``Exec.experts_in_activation_dtype``). Dense-FFN and MoE layers are summed per kind (``Model.n_dense_layers``, ``Model.n_moe_layers``)."""
+    ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes.
+    Dense-FFN and MoE layers are summed per kind (``Model.n_dense_layers``, ``Model.n_moe_layers``)."""
     m = ex.model
     if not ex.quantised:
-        # experts kept in the activation dtype (Exec.experts_in_activation_dtype): their extra bytes
-        extra = (m.n_moe_layers * (m.n_experts + m.n_shared_experts) * m.expert_params
-                 * (ex.act_bytes - ex.w_bytes) if ex.experts_in_activation_dtype else 0.0)
-        return m.n_params * ex.w_bytes + extra
+        return m.n_params * ex.w_bytes
     d, o = m.d_model, m.o_dim
 
     def layer(n_mats, width, router):
@@ -79,15 +75,15 @@ def weights_total_bytes(ex: Exec) -> float:
 
 def routed_expert_bytes(ex: Exec) -> float:
     """Weights of every routed expert of every MoE layer: n_moe_layers · n_experts · one expert, its
-    matrices in the stored format (``Exec.expert_w_bytes_for``; the down projection at d_in = moe_d_ff),
-    as in :func:`weights_total_bytes`."""
+    matrices in the stored format (the down projection at d_in = moe_d_ff), as in
+    :func:`weights_total_bytes`."""
     m = ex.model
     if not m.n_moe_layers:
         return 0.0
     d, w = m.d_model, m.expert_d_ff
     down = d * w
-    return float(m.n_moe_layers * m.n_experts * ((m.expert_params - down) * ex.expert_w_bytes_for(d)
-                                                  + down * ex.expert_w_bytes_for(w)))
+    return float(m.n_moe_layers * m.n_experts * ((m.expert_params - down) * ex.w_bytes_for(d)
+                                                  + down * ex.w_bytes_for(w)))
 
 
 def weights_device_bytes(ex: Exec) -> float:

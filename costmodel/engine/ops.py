@@ -10,8 +10,8 @@ for the group. Formulas (per layer unless stated):
               weight-only int8/int4 (and fp8 on GPUs without fp8 units): + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
               once per weight read, independent of tokens), which add to the operator's compute term
 * MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts; a
-              runtime without fp8 MoE kernels (Runtime.fp8_moe_experts) keeps an fp8 engine's experts
-              in fp16: 2 bytes per weight, FLOPs at the fp16 matrix rate (Exec.expert_matrix_flops_per_s)
+              runtime without fp8 MoE GEMMs (Runtime.fp8_moe_experts) runs an fp8 engine's experts
+              weight-only: 1-byte weights dequantised to fp16, FLOPs at the fp16 rate (Exec.experts_weight_only)
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
               L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
@@ -159,26 +159,24 @@ class Exec:
         return self.hw.matrix_peak(cd) * self.hw.matrix_efficiency_for(cd) * self.rt.compute_efficiency
 
     @functools.cached_property
-    def experts_in_activation_dtype(self) -> bool:
-        """An fp8 engine whose runtime keeps the MoE experts out of fp8 (``Runtime.fp8_moe_experts``
-        False, e.g. TensorRT-LLM before 0.10): the routed and shared experts are stored and multiplied
-        in the activation dtype (fp16/bf16) while the other matrices run fp8."""
+    def experts_weight_only(self) -> bool:
+        """fp8 engine, runtime without fp8 MoE GEMMs (``Runtime.fp8_moe_experts``): the experts keep
+        their 1-byte weights but are dequantised to fp16 in the GEMM, as weight-only int8."""
         return self.weight_dtype == "fp8" and not self.rt.fp8_moe_experts and bool(self.model.n_moe_layers)
-
-    def expert_w_bytes_for(self, d_in) -> float:
-        """Bytes per MoE-expert weight: the activation dtype's when ``experts_in_activation_dtype``,
-        else the body's format (``w_bytes_for``)."""
-        return self.act_bytes if self.experts_in_activation_dtype else self.w_bytes_for(d_in)
 
     @functools.cached_property
     def expert_matrix_flops_per_s(self):
-        """Achievable matrix FLOP/s of the MoE experts' GEMMs: ``matrix_flops_per_s`` at the compute
-        dtype of the activations (fp16: peak(fp16) · the hardware's fp16 GEMM fraction · the runtime's
-        efficiency) when ``experts_in_activation_dtype``; None (the body's rate) otherwise."""
-        if not self.experts_in_activation_dtype:
+        """The experts' GEMM rate when ``experts_weight_only``: peak(fp16) · the hardware's fp16 GEMM
+        fraction · compute_efficiency; None (``matrix_flops_per_s``) otherwise."""
+        if not self.experts_weight_only:
             return None
-        cd = dtypes.compute_dtype("fp16", self.hw)
-        return self.hw.matrix_peak(cd) * self.hw.matrix_efficiency_for(cd) * self.rt.compute_efficiency
+        return self.hw.matrix_peak("fp16") * self.hw.matrix_efficiency_for("fp16") * self.rt.compute_efficiency
+
+    @functools.cached_property
+    def expert_dequant_flops_per_weight(self) -> float:
+        """Dequantisation FLOPs per expert weight: weight-only int8's (``Runtime.dequant_flops_per_weight_int8``,
+        the same byte-to-fp16 conversion and scale) when ``experts_weight_only``, else the body's."""
+        return float(self.rt.dequant_flops_per_weight_int8) if self.experts_weight_only else self.dequant_flops_per_weight
 
     @functools.cached_property
     def vector_flops_per_s(self) -> float:
@@ -273,19 +271,19 @@ class PassShape:
 
 def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None, expert=False) -> Op:
     """2·params·tokens FLOPs; weights once (in the runtime's stored format, scales included: the
-    ``lm_head`` in ``Exec.lm_head_w_bytes``, MoE experts (``expert``) in ``Exec.expert_w_bytes_for``,
-    the others in ``Exec.w_bytes_for(d_in)``) plus activations in and out; weight-only quantised
-    weights are dequantised once per pass on the vector units (params · dequant_flops_per_weight;
-    none for an LM head the runtime keeps unquantised or experts kept in the activation dtype)."""
+    ``lm_head`` in ``Exec.lm_head_w_bytes``, the others in ``Exec.w_bytes_for(d_in)``) plus activations
+    in and out; weight-only quantised weights are dequantised once per pass on the vector units
+    (params · dequant_flops_per_weight; none for an LM head the runtime keeps unquantised). MoE
+    experts (``expert``) of an fp8 engine without fp8 MoE GEMMs run weight-only: fp16 rate
+    (``Exec.expert_matrix_flops_per_s``) and ``Exec.expert_dequant_flops_per_weight``."""
     t = np.asarray(tokens, dtype=float)
     head = name == "lm_head"
-    w = ex.lm_head_w_bytes if head else ex.expert_w_bytes_for(d_in) if expert else ex.w_bytes_for(d_in)
-    dq = 0.0 if (head and not ex.rt.quantize_lm_head) or (expert and ex.experts_in_activation_dtype) \
+    w = ex.lm_head_w_bytes if head else ex.w_bytes_for(d_in)
+    dq = 0.0 if head and not ex.rt.quantize_lm_head else ex.expert_dequant_flops_per_weight if expert \
         else ex.dequant_flops_per_weight
     op = AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
                   h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
-    if expert and ex.expert_matrix_flops_per_s is not None:
-        op.unit_flops_per_s = ex.expert_matrix_flops_per_s
+    op.unit_flops_per_s = ex.expert_matrix_flops_per_s if expert else None
     return op
 
 
@@ -379,8 +377,7 @@ def _routed_experts_op(ex: Exec, t_stage) -> Op:
     d, L = m.d_model, m.n_moe_layers
     e, k = m.n_experts, m.experts_per_token
     t = t_stage
-    w = ex.expert_w_bytes_for(d)
-    dq = 0.0 if ex.experts_in_activation_dtype else ex.dequant_flops_per_weight
+    w, dq = ex.w_bytes, ex.expert_dequant_flops_per_weight
     if ex.ep <= 1:
         distinct = e * (1.0 - (1.0 - k / e) ** t)
         per_expert = m.expert_params / ex.tp

@@ -41,9 +41,9 @@ class Runtime:
     #: as it holds them); ``repeat_kv`` copies K/V to one head per query head before attending (HF
     #: transformers' repeat_kv: the copies are written, then read back)
     gqa_attention: str = "grouped"
-    #: whether its MoE kernels run the experts (routed and shared) of an fp8 engine in fp8; False: the
-    #: experts stay in the activation dtype (fp16/bf16), stored at 2 bytes per weight and multiplied on
-    #: the fp16 matrix units while the rest of the engine runs fp8 (Exec.experts_in_activation_dtype)
+    #: whether its MoE GEMMs multiply an fp8 engine's experts (routed and shared) on the fp8 units;
+    #: False: the 1-byte expert weights are dequantised to fp16 inside the grouped GEMM (weight-only,
+    #: fp16 matrix rate) while the other matrices run fp8 (Exec.experts_weight_only)
     fp8_moe_experts: bool = True
     #: vector FLOPs per weight its weight-only int4 / int8 GEMM kernels spend dequantising (ops.gemm)
     dequant_flops_per_weight_int4: float = 0.0
