@@ -117,7 +117,7 @@ def test_trt_llm_0_5_gqa_extra_bytes_by_hand():
     context tokens -> K = 419,430,400 bytes, h = 52,428,800 / 419,430,400 = 0.125; per_query_head
     re-reads K r - 1 = 7 times: HBM 7 x K x 0.875 = 2,569,011,200 bytes, L2 7 x K x 0.125 = 367,001,600."""
     from costmodel.engine.evaluate import build_exec
-    from costmodel.engine.ops import gqa_extra_bytes
+    from costmodel.engine.kv_reads import gqa_extra_bytes
     from costmodel.inputs.record import parse_record
     rec = dict(model="llama-2-70b", hardware="h200", batch_size=1, prompt_len=1, gen_len=1, kv_dtype="fp16")
     hbm, l2 = gqa_extra_bytes(build_exec(parse_record(dict(rec, runtime="trt-llm@0.5"))), 102400)

@@ -16,7 +16,7 @@ for the group. Formulas (per layer unless stated):
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
               L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
               among its query heads (Runtime.gqa_attention) reads or copies it once per query head
-              (gqa_extra_bytes; L2 absorbs the re-reads it holds)
+              (kv_reads.gqa_extra_bytes; L2 absorbs the re-reads it holds)
 * all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
               faster per message (auto, the default), over
               parallel.tp_link: the network when the TP group spans nodes)
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from costmodel.engine.kv_reads import gqa_extra_bytes
 from costmodel.inputs import dtypes
 from costmodel.inputs.hardware import Hardware
 from costmodel.inputs.model import Model
@@ -285,38 +286,6 @@ def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None, expert=False) 
                   h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
     op.unit_flops_per_s = ex.expert_matrix_flops_per_s if expert else None
     return op
-
-
-def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
-    """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
-    the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
-    ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
-    return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
-
-
-def gqa_extra_bytes(ex: Exec, kv_read_tokens):
-    """(extra HBM bytes, L2 bytes) per layer of an attention kernel that does not share a KV head among
-    its r = (heads/tp)/(KV heads per device) query heads (``Runtime.gqa_attention``), for
-    ``kv_read_tokens`` KV tokens read (K = the bytes of those tokens' KV on the device,
-    h = :func:`l2_hit_fraction` of the re-read set):
-
-        per_query_head: r − 1 re-reads of K:   HBM (r − 1)·K·(1 − h), L2 (r − 1)·K·h, h over K
-        repeat_kv:      r copies written, then read:  HBM r·K + r·K·(1 − h), L2 r·K·h, h over r·K
-
-    (None, None) for ``grouped`` kernels, r ≤ 1 (MHA) and MLA (one latent read by every head)."""
-    mode = ex.rt.gqa_attention
-    m = ex.model
-    if mode == "grouped" or m.mla is not None:
-        return None, None
-    r = ex.heads_per_device / ex.kv_heads_per_device
-    if r <= 1.0:
-        return None, None
-    k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
-    if mode == "per_query_head":
-        h = l2_hit_fraction(ex, kv_read_tokens)
-        return (r - 1.0) * k_bytes * (1.0 - h), (r - 1.0) * k_bytes * h
-    h = l2_hit_fraction(ex, r * np.asarray(kv_read_tokens, dtype=float))
-    return r * k_bytes + r * k_bytes * (1.0 - h), r * k_bytes * h
 
 
 def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:

@@ -33,7 +33,7 @@ from costmodel.engine.roofline import Cost
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
     validate_parents
-from costmodel.engine.ops import l2_hit_fraction
+from costmodel.engine.kv_reads import l2_hit_fraction
 from costmodel.engine.strategies.common import Ctx, Outcome, prefill_cost, with_step_overhead, spec_method
 from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
