@@ -17,6 +17,14 @@ Engine settings each row ran with (not fitted; from the row's notes and the engi
 * SGLang rows keep ``runtime=vllm`` at its default version, as the CSV maps them (no SGLang profile).
 * ShareGPT rows that give no lengths: the vLLM v0.6.0 post's ShareGPT sample (500 prompts, mean
   202 input / 179 output tokens, stated in the post) — an assumption, said so in the output.
+* ShareGPT rows state mean lengths, but the benchmark sends each sampled conversation's own lengths
+  (``benchmark_serving`` / ``sglang.bench_serving``: the first human turn as the prompt, the first
+  reply's token count as the output length). Rows without a ``gen_len_dist`` therefore draw output
+  lengths as ``lognormal:MEAN:SHAREGPT_OUTPUT_CV``. The CV is the one the DataCrunch SGLang records
+  of the same sampler imply (raw jsonl, ShareGPT lines at 4 and 8 req/s: mean / median E2E latency
+  3201.5 / 1988.6 ms and 5302.6 / 3291.8 ms, both 1.61; at light load E2E ≈ output tokens × ITL, and a
+  lognormal's mean / median is sqrt(1 + CV²), so CV = sqrt(1.61² − 1) = 1.26). Prompt lengths stay at
+  their mean (no published spread; the prefill is linear in them).
 * As many requests as the benchmark sent (``num_requests``); where the source gives no count,
   vLLM's ``benchmark_serving`` default of 1000 prompts, or 4 × the clients of a closed loop (at least 200).
 """
@@ -40,6 +48,8 @@ WORKLOAD_COLS = ("prompt_len", "gen_len", "prompt_len_dist", "gen_len_dist", "re
 
 
 SHAREGPT_DEFAULT = (202, 179)       # vLLM v0.6.0 post, 'Dataset': ShareGPT, 500 prompts, mean in/out
+#: ShareGPT output-length CV: sqrt((mean/median E2E)² − 1) of the DataCrunch ShareGPT records (docstring)
+SHAREGPT_OUTPUT_CV = 1.26
 V0_YEARS = ("2024",)
 BENCHMARK_SERVING_PROMPTS = 1000    # vLLM benchmarks/benchmark_serving.py --num-prompts default
 
@@ -67,6 +77,10 @@ def engine_settings(row) -> tuple[dict, list]:
             pd.isna(row.get("prompt_len_dist")):
         wl["prompt_len"], wl["gen_len"] = SHAREGPT_DEFAULT
         said.append("ShareGPT lengths not given: 202/179 assumed")
+    if str(row.get("dataset")).lower() == "sharegpt" and pd.isna(row.get("gen_len_dist")):
+        mean_out = wl.get("gen_len", row.get("gen_len"))
+        wl["gen_len_dist"] = f"lognormal:{float(mean_out):g}:{SHAREGPT_OUTPUT_CV:g}"
+        said.append(f"ShareGPT output lengths drawn lognormal, mean {float(mean_out):g}, CV {SHAREGPT_OUTPUT_CV:g}")
     return wl, said
 
 
