@@ -55,3 +55,12 @@ def test_sharegpt_rows_without_lengths_take_the_v060_sample_mean(slc):
 def test_rows_with_their_own_lengths_keep_them(slc, kw):
     wl, _ = slc.engine_settings(_row(**kw))
     assert "gen_len_dist" not in wl
+
+
+@pytest.mark.parametrize("source, per_request", [
+    ("NVIDIA NIM LLM Benchmarking Guide (v1.0.0), 'Performance' page (AIPerf/genai-perf client)", True),
+    ("vLLM upstream nightly serving benchmark (benchmark_serving) on Azure", False)])
+def test_itl_definition_follows_the_client(slc, source, per_request):
+    """AIPerf / genai-perf: mean over requests of (E2E − TTFT) / (output − 1) = the simulator's TPOT;
+    benchmark_serving pools all inter-token gaps = the simulator's token-weighted ITL."""
+    assert slc.itl_is_per_request(_row(source=source)) is per_request

@@ -25,6 +25,9 @@ Engine settings each row ran with (not fitted; from the row's notes and the engi
   3201.5 / 1988.6 ms and 5302.6 / 3291.8 ms, both 1.61; at light load E2E ≈ output tokens × ITL, and a
   lognormal's mean / median is sqrt(1 + CV²), so CV = sqrt(1.61² − 1) = 1.26). Prompt lengths stay at
   their mean (no published spread; the prefill is linear in them).
+* ITL: AIPerf / genai-perf rows (NIM) average each request's (E2E − TTFT) / (output − 1), the
+  simulator's TPOT; ``benchmark_serving`` rows pool every inter-token gap, the simulator's
+  token-weighted ITL (:func:`itl_is_per_request`).
 * As many requests as the benchmark sent (``num_requests``); where the source gives no count,
   vLLM's ``benchmark_serving`` default of 1000 prompts, or 4 × the clients of a closed loop (at least 200).
 """
@@ -84,6 +87,16 @@ def engine_settings(row) -> tuple[dict, list]:
     return wl, said
 
 
+def itl_is_per_request(row) -> bool:
+    """Whether a row's ITL is AIPerf / genai-perf's: per request (E2E − TTFT) / (output tokens − 1),
+    then averaged over requests (NIM benchmarking guide, 'Metrics') — the simulator's ``tpot_s``.
+    Otherwise (``vllm bench serve`` / ``benchmark_serving``, ``sglang.bench_serving``) ITL pools every
+    gap between streamed tokens of every request, so long requests weigh by their length: the
+    simulator's token-weighted ``itl_s``."""
+    src = str(row.get("source") or "")
+    return "AIPerf" in src or "genai-perf" in src
+
+
 def predict(row, max_requests):
     rec = {c: row[c] for c in RECORD_COLS if c in row and not pd.isna(row[c])}
     for c in ("n_devices", "tensor_parallel", "gamma"):
@@ -108,7 +121,9 @@ def predict(row, max_requests):
     for stat in ("mean", "p50", "p90", "p99"):
         if metric.endswith("_" + stat):
             base = metric[: -len(stat) - 1]
-            return res["tpot_s" if base == "itl_s" else base][stat]
+            if base == "itl_s" and itl_is_per_request(row):
+                base = "tpot_s"
+            return res[base][stat]
     return res[metric]
 
 
