@@ -64,3 +64,20 @@ def test_itl_definition_follows_the_client(slc, source, per_request):
     """AIPerf / genai-perf: mean over requests of (E2E − TTFT) / (output − 1) = the simulator's TPOT;
     benchmark_serving pools all inter-token gaps = the simulator's token-weighted ITL."""
     assert slc.itl_is_per_request(_row(source=source)) is per_request
+
+
+def test_nim_fp8_rows_need_an_fp8_kv_cache():
+    """The NIM table's saturated point: 920 tok/s at ITL 93 ms = 920 × 0.093 = 85.6 sequences decoding,
+    each holding >= 5000 tokens: >= 428,000 tokens. Llama-3.3-70B 16-bit KV per token = 80 layers × 8 KV
+    heads × 128 × 2 (K, V) × 2 B = 327,680 B; per GPU at TP2 163,840 B; 428,000 × 163,840 B = 70.1 GB,
+    beside 70.6e9 / 2 = 35.3 GB of fp8 weights: over an H100's 80 GB. fp8 KV (1 B): 35.1 GB, which fits."""
+    from costmodel.inputs.model import load_model
+    m = load_model("llama-3.3-70b")
+    assert m.kv_bytes_per_token(2) == 80 * 8 * 128 * 2 * 2 == 327_680
+    resident = 920.12 * 0.0932 * 5000
+    assert resident * 327_680 / 2 / 1e9 + 35.3 > 80.0
+    assert resident * 327_680 / 2 / 2 / 1e9 + 35.3 < 80.0
+    d = pd.read_csv(os.path.join(HERE, "..", "validation", "load_curves.csv"))
+    nim = d[d.publication == "nim-llm-bench-perf"]
+    assert len(nim) == 24 and (nim.kv_dtype == "fp8").all()
+    assert d[d.publication != "nim-llm-bench-perf"].kv_dtype.isna().all()

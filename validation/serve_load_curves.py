@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import costmodel  # noqa: E402
 from costmodel.errors import InputError  # noqa: E402
 
-RECORD_COLS = ("model", "hardware", "n_devices", "tensor_parallel", "runtime", "weight_dtype", "strategy",
+RECORD_COLS = ("model", "hardware", "n_devices", "tensor_parallel", "runtime", "weight_dtype", "kv_dtype", "strategy",
                "draft_model", "gamma", "acceptance_rate", "mean_accepted_tokens")
 WORKLOAD_COLS = ("prompt_len", "gen_len", "prompt_len_dist", "gen_len_dist", "request_rate", "max_concurrency",
                  "num_requests", "max_num_seqs")
