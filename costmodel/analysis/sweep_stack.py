@@ -2,7 +2,10 @@
 :class:`~costmodel.inputs.hardware.HardwareStack` (device numbers as arrays along its dimension)
 and the ``n_devices`` axis as an array of device counts, so that one block of the sweep covers every
 device and device count the engine prices alike (:func:`costmodel.engine.evaluate.hardware_signature`;
-counts all one or all several). Used by :func:`costmodel.analysis.sweep_grid.group_blocks`."""
+counts all one or all several); and the ``weight_dtype`` axis as a
+:class:`~costmodel.inputs.dtypes.WeightDtypes` where its values share a
+:func:`~costmodel.inputs.dtypes.stack_signature` (:func:`stack_dtypes`). Used by
+:func:`costmodel.analysis.sweep_grid.group_blocks`."""
 
 from __future__ import annotations
 
@@ -152,3 +155,81 @@ def _canonical_values(group: list, index: dict, rec, hw, nd, counts, ns) -> None
     if nd is not None:
         for c, n in zip(counts, ns):
             nd.values[c] = canonical_value(n)
+
+
+def stack_dtypes(blocks: list, axes: list[Axis]) -> list:
+    """``blocks`` with each run of blocks that differ only in their ``weight_dtype`` value merged into
+    one block whose ``weight_dtype`` is a member axis (contiguous value indices of one
+    :func:`~costmodel.inputs.dtypes.stack_signature`, each member's record built and its Exec's
+    dtype figures read without an error); the merged block keeps the first block's record and label
+    (the numeric rules do not read the weight dtype, so its first refused row is the first block's)."""
+    from costmodel.inputs import dtypes
+
+    names = [a.name for a in axes]
+    if "weight_dtype" not in names:
+        return blocks
+    groups: dict = {}
+    order = []
+    for pos, b in enumerate(blocks):
+        key = _dtype_key(b, dtypes)
+        if key is None:
+            order.append([b])
+            continue
+        if key not in groups:
+            groups[key] = []
+            order.append(groups[key])
+        groups[key].append(b)
+    out = []
+    for bs in order:
+        bs.sort(key=lambda b: b.index["weight_dtype"]) if len(bs) > 1 else None
+        run = [bs[0]]
+        for b in bs[1:] + [None]:
+            if b is not None and b.index["weight_dtype"] == run[-1].index["weight_dtype"] + 1 and \
+                    _same_but_dtype(b, run[0]):
+                run.append(b)
+                continue
+            out.append(_merged(run, names) if len(run) > 1 else run[0])
+            run = [b]
+    return out
+
+
+def _dtype_key(b, dtypes):
+    """What a block must share with another to be merged along the weight dtype, or None."""
+    if b.invalid is not None or b.rowwise or b.rec is None or "weight_dtype" not in b.index or \
+            not isinstance(b.rec.weight_dtype, str) or not _dtype_ok(b.rec, dtypes):
+        return None
+    index = tuple(sorted((k, v) for k, v in b.index.items() if k != "weight_dtype"))
+    members = tuple(sorted((k, tuple(v)) for k, v in b.members.items()))
+    return (index, tuple(b.vec), members, b.counts, tuple(id(d) for d in b.stack),
+            dtypes.stack_signature(b.rec.weight_dtype))
+
+
+def _dtype_ok(rec, dtypes) -> bool:
+    """The record's weight dtype stacks: it has a signature, and its Execs' dtype figures build."""
+    from costmodel.engine.evaluate import _execs
+
+    if dtypes.stack_signature(rec.weight_dtype) is None:
+        return False
+    try:
+        for ex in _execs(rec):
+            if ex is not None:
+                (ex.w_bytes, ex.lm_head_w_bytes, ex.embedding_w_bytes, ex.act_bytes, ex.dequant_flops_per_weight,
+                 ex.compute_dtype, ex.quantised)
+    except InputError:
+        return False
+    return True
+
+
+def _same_but_dtype(b, first) -> bool:
+    import dataclasses
+    return dataclasses.replace(b.rec, weight_dtype=first.rec.weight_dtype) == first.rec
+
+
+def _merged(run: list, names: list):
+    """One block for a run of blocks that differ only in their weight dtype."""
+    first = run[0]
+    vec = set(first.vec) | {"weight_dtype"}
+    return Block(first.rec, {k: v for k, v in first.index.items() if k != "weight_dtype"},
+                 [n for n in names if n in vec], label=first.label,
+                 members={**first.members, "weight_dtype": [b.index["weight_dtype"] for b in run]},
+                 stack=first.stack, counts=first.counts, dtypes=tuple(b.rec.weight_dtype for b in run))

@@ -51,6 +51,8 @@ def weights_total_bytes(ex: Exec) -> float:
     token embedding and (untied) LM head in their own formats (``Exec.embedding_w_bytes``,
     ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes.
     Dense-FFN and MoE layers are summed per kind (``Model.n_dense_layers``, ``Model.n_moe_layers``)."""
+    if ex.dtype_members:                  # stacked weight dtypes: each member's own sum
+        return ex.per_weight_dtype(weights_total_bytes)
     m = ex.model
     if not ex.quantised:
         return m.n_params * ex.w_bytes
@@ -80,6 +82,8 @@ def routed_expert_bytes(ex: Exec) -> float:
     m = ex.model
     if not m.n_moe_layers:
         return 0.0
+    if ex.dtype_members:
+        return ex.per_weight_dtype(routed_expert_bytes)
     d, w = m.d_model, m.expert_d_ff
     down = d * w
     return float(m.n_moe_layers * m.n_experts * ((m.expert_params - down) * ex.w_bytes_for(d)

@@ -26,6 +26,7 @@ for the group. Formulas (per layer unless stated):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -64,11 +65,31 @@ class Exec:
     @property
     def quantised(self) -> bool:
         """Weight-only int8/int4: stored in the runtime's quantised format (dtypes module docstring)."""
+        if type(self.weight_dtype) is dtypes.WeightDtypes:
+            return self.per_weight_dtype(lambda e: e.quantised)
         return self.weight_dtype in dtypes.QUANTISED
+
+    @functools.cached_property
+    def dtype_members(self) -> tuple:
+        """One Exec per weight dtype of a stacked ``weight_dtype`` (:class:`dtypes.WeightDtypes`), else ()."""
+        wd = self.weight_dtype
+        if type(wd) is not dtypes.WeightDtypes:
+            return ()
+        return tuple(dataclasses.replace(self, weight_dtype=m) for m in wd.members)
+
+    def per_weight_dtype(self, fn):
+        """``fn(self)``; for a stacked weight dtype, each member Exec's ``fn`` along the dtype axis: one
+        value when the members agree (a number, or a text or bool the engine branches on), else an
+        array of their values (numbers only: members that differ in a branch are an error)."""
+        if not self.dtype_members:
+            return fn(self)
+        return _along(self.weight_dtype.shape, [fn(e) for e in self.dtype_members])
 
     def w_bytes_for(self, d_in) -> float:
         """Bytes per weight of a quantised decoder matrix with input dimension ``d_in``: element bytes +
         the runtime's scale bytes per group / group size (group = ``d_in`` for per-channel scales)."""
+        if self.dtype_members:
+            return self.per_weight_dtype(lambda e: e.w_bytes_for(d_in))
         if not self.quantised:
             return dtypes.BYTES_PER_ELEMENT[dtypes.check(self.weight_dtype, "weight_dtype")]
         wd = self.weight_dtype
@@ -79,12 +100,16 @@ class Exec:
     @functools.cached_property
     def w_bytes(self) -> float:
         """Bytes per decoder-layer weight, scales included (per-channel scales taken at d_in = d_model)."""
+        if self.dtype_members:
+            return self.per_weight_dtype(lambda e: e.w_bytes)
         return self.w_bytes_for(self.model.d_model)
 
     @functools.cached_property
     def lm_head_w_bytes(self) -> float:
         """Bytes per LM-head weight: the runtime's LM-head format, the activation dtype when the runtime
         leaves the head unquantised (``Runtime.quantize_lm_head``), else the body's format."""
+        if self.dtype_members:
+            return self.per_weight_dtype(lambda e: e.lm_head_w_bytes)
         if not self.quantised:
             return self.w_bytes
         if not self.rt.quantize_lm_head:
@@ -95,6 +120,8 @@ class Exec:
     @functools.cached_property
     def embedding_w_bytes(self) -> float:
         """Bytes per token-embedding weight; a tied embedding is the LM head's tensor and takes its format."""
+        if self.dtype_members:
+            return self.per_weight_dtype(lambda e: e.embedding_w_bytes)
         if self.model.tied_embeddings:
             return self.lm_head_w_bytes
         if self.quantised and not self.rt.quantize_embedding:
@@ -107,6 +134,8 @@ class Exec:
 
     @functools.cached_property
     def act_bytes(self) -> float:
+        if self.dtype_members:
+            return self.per_weight_dtype(lambda e: e.act_bytes)
         return dtypes.activation_bytes(self.weight_dtype)
 
     @functools.cached_property
@@ -136,6 +165,8 @@ class Exec:
         """Vector-unit FLOPs a weight-only int8/int4 GEMM spends per weight it reads (unpack, convert to
         fp16, apply the group scale/zero); 0 for weights stored in the compute dtype. A property of the
         runtime's kernels: ``Runtime.dequant_flops_per_weight`` (runtimes/*.yaml, with sources)."""
+        if self.dtype_members:
+            return self.per_weight_dtype(lambda e: e.dequant_flops_per_weight)
         if not dtypes.weight_only(self.weight_dtype, self.hw):
             return 0.0
         # fp8 weight-only: the same one-byte-to-fp16 conversion and scale as int8
@@ -146,6 +177,8 @@ class Exec:
     @functools.cached_property
     def compute_dtype(self) -> str:
         """The matrix units' dtype on this hardware (``dtypes.compute_dtype``)."""
+        if self.dtype_members:
+            return self.per_weight_dtype(lambda e: e.compute_dtype)
         return dtypes.compute_dtype(self.weight_dtype, self.hw)
 
     @functools.cached_property
@@ -170,6 +203,27 @@ class Exec:
         bw = self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
         cap = self.rt.sm_bandwidth_bytes_per_s
         return bw if cap is None else np.minimum(bw, self.hw.sm_count * cap)
+
+
+def _along(shape: tuple, values: list):
+    """Values of the members of a dtype axis of ``shape`` as one value: the first when all are
+    equal (numbers compared as IEEE doubles bit for bit), else an array whose dtype axis holds each
+    member's value (broadcast against the members' own shapes; each element a copy)."""
+    first = values[0]
+    if isinstance(first, (str, bool, np.bool_)) or first is None:
+        if any(v != first for v in values[1:]):
+            raise TypeError(f"the stacked weight dtypes differ in a decision ({values}): stack_signature")
+        return first
+    arrs = [np.asarray(v, dtype=float) for v in values]
+    if all(a.ndim == 0 for a in arrs) and len({a.tobytes() for a in arrs}) == 1:
+        return first
+    full = np.broadcast_shapes(shape, *(a.shape for a in arrs))
+    out = np.empty(full)
+    axis = len(full) - len(shape) + next(i for i, n in enumerate(shape) if n > 1)
+    for i, a in enumerate(arrs):
+        sl = (slice(None),) * axis + (slice(i, i + 1),)
+        out[sl] = np.broadcast_to(a, full)[sl]
+    return out
 
 
 @dataclass
@@ -254,7 +308,8 @@ def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
     w = ex.lm_head_w_bytes if head else ex.w_bytes_for(d_in)
     dq = 0.0 if head and not ex.rt.quantize_lm_head else ex.dequant_flops_per_weight
     return AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
-                    h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
+                    h0=params * w, h1=(d_in + d_out) * ex.act_bytes,
+                    dequant_flops=params * dq if np.ndim(dq) or dq else 0.0)
 
 
 def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
@@ -358,7 +413,7 @@ def _routed_experts_op(ex: Exec, t_stage) -> Op:
         flops, acts = 2.0 * per_expert * pairs, pairs * (d + d) * act
     return Op("moe_ffn", "matrix", L, flops=flops, hbm_bytes=distinct * per_expert * ex.w_bytes + acts,
               dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
-                             if ex.dequant_flops_per_weight else 0.0))
+                             if np.ndim(ex.dequant_flops_per_weight) or ex.dequant_flops_per_weight else 0.0))
 
 
 def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
