@@ -88,8 +88,15 @@ class Exec:
     def w_bytes_for(self, d_in) -> float:
         """Bytes per weight of a quantised decoder matrix with input dimension ``d_in``: element bytes +
         the runtime's scale bytes per group / group size (group = ``d_in`` for per-channel scales)."""
-        if self.dtype_members:
-            return self.per_weight_dtype(lambda e: e.w_bytes_for(d_in))
+        if self.dtype_members:             # stacked dtypes: one array per input dimension, kept
+            memo = self.__dict__.setdefault("_w_bytes_by_d_in", {})
+            key = d_in if isinstance(d_in, (int, float)) else None
+            got = memo.get(key) if key is not None else None
+            if got is None:
+                got = self.per_weight_dtype(lambda e: e.w_bytes_for(d_in))
+                if key is not None:
+                    memo[key] = got
+            return got
         if not self.quantised:
             return dtypes.BYTES_PER_ELEMENT[dtypes.check(self.weight_dtype, "weight_dtype")]
         wd = self.weight_dtype
