@@ -169,28 +169,24 @@ def stack_dtypes(blocks: list, axes: list[Axis]) -> list:
     if "weight_dtype" not in names:
         return blocks
     groups: dict = {}
-    order = []
+    out = []                              # (position of the first block it covers, block)
     for pos, b in enumerate(blocks):
         key = _dtype_key(b, dtypes)
         if key is None:
-            order.append([b])
-            continue
-        if key not in groups:
-            groups[key] = []
-            order.append(groups[key])
-        groups[key].append(b)
-    out = []
-    for bs in order:
-        bs.sort(key=lambda b: b.index["weight_dtype"]) if len(bs) > 1 else None
-        run = [bs[0]]
-        for b in bs[1:] + [None]:
-            if b is not None and b.index["weight_dtype"] == run[-1].index["weight_dtype"] + 1 and \
-                    _same_but_dtype(b, run[0]):
-                run.append(b)
+            out.append((pos, b))
+        else:
+            groups.setdefault(key, []).append((pos, b))
+    for members in groups.values():
+        members.sort(key=lambda pb: pb[1].index["weight_dtype"])
+        run = [members[0]]
+        for pb in members[1:] + [None]:
+            if pb is not None and pb[1].index["weight_dtype"] == run[-1][1].index["weight_dtype"] + 1 and \
+                    _same_but_dtype(pb[1], run[0][1]):
+                run.append(pb)
                 continue
-            out.append(_merged(run, names) if len(run) > 1 else run[0])
-            run = [b]
-    return out
+            out.append((min(p for p, _b in run), _merged([b for _p, b in run], names) if len(run) > 1 else run[0][1]))
+            run = [pb]
+    return [b for _p, b in sorted(out, key=lambda pb: pb[0])]
 
 
 def _dtype_key(b, dtypes):
