@@ -24,7 +24,7 @@ from costmodel.errors import InputError
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine import memory
-from costmodel.engine.ops import Exec
+from costmodel.engine.execution import Exec
 from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.inputs.record import Record, parse_record
 from costmodel.inputs.runtime import load_runtime

@@ -2,7 +2,7 @@
 
 A strategy says what it stores (KV tokens of the target and of the draft, the passes it runs, where
 the draft sits); this module turns that into bytes. Per device of a tensor-parallel group of ``tp``
-and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
+and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.execution.Exec`):
 
     target weights   = (whole-model weights + replicated K/V projections) / (tp·pp)   weights_device_bytes
                        (expert parallel: routed experts / (ep·pp), the rest / (tp·pp))
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.engine.ops import Exec
+from costmodel.engine.execution import Exec
 from costmodel.fast.arrays import add
 
 

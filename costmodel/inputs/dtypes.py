@@ -16,7 +16,7 @@ Examples (the runtime profiles in ``runtimes/*.yaml`` carry the format of each s
 
 Which tensors a stack quantises is a runtime property too (``Runtime.quantize_embedding``,
 ``Runtime.quantize_lm_head``): tensors left unquantised stay in the activation dtype (fp16/bf16);
-``ops.Exec`` applies the format per tensor. Without a runtime (``weight_bytes_per_param``) the
+``execution.Exec`` applies the format per tensor. Without a runtime (``weight_bytes_per_param``) the
 defaults below describe a generic AWQ/GPTQ-like layout applied to every weight.
 """
 
@@ -66,7 +66,7 @@ def quantised_bytes_per_weight(dtype: str, group_size, scale_bytes_per_group: fl
 
 def weight_bytes_per_param(dtype: str) -> float:
     """Storage bytes per weight in the default layout (no runtime): int4 = 0.5 + 4/128 = 0.53125,
-    int8 = 1.0; the runtime-aware figure is ``ops.Exec.w_bytes``."""
+    int8 = 1.0; the runtime-aware figure is ``execution.Exec.w_bytes``."""
     check(dtype, "weight_dtype")
     if dtype in FP4_BLOCK_FORMATS:
         return quantised_bytes_per_weight(dtype, *FP4_BLOCK_FORMATS[dtype])
@@ -118,7 +118,7 @@ def activation_bytes(weight_dtype: str) -> float:
 class WeightDtypes:
     """Several weight dtypes along one axis of a sweep's grid (``shape``: 1 everywhere but that
     axis), as one ``Exec.weight_dtype``: every number an Exec derives from its weight dtype is then
-    an array of its members' own figures (``costmodel.engine.ops.Exec.per_weight_dtype``), so a
+    an array of its members' own figures (``costmodel.engine.execution.Exec.per_weight_dtype``), so a
     pass is priced for all of them in one array evaluation, element for element the same
     floating-point operations as for each alone. The members agree on :func:`stack_signature`."""
 

@@ -27,7 +27,8 @@ import numpy as np
 from costmodel.engine import acceptance, memory
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
-from costmodel.engine.ops import Exec, Op, PassShape, gemm
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import Op, PassShape, gemm
 from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import RECORD_OPS, Cost, DeferredWork
 from costmodel.fast.arrays import add
