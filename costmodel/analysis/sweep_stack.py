@@ -9,10 +9,12 @@ counts all one or all several); and the ``weight_dtype`` axis as a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value
 from costmodel.errors import InputError
+from costmodel.inputs import dtypes
 
 
 def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict: bool):
@@ -163,15 +165,13 @@ def stack_dtypes(blocks: list, axes: list[Axis]) -> list:
     :func:`~costmodel.inputs.dtypes.stack_signature`, each member's record built and its Exec's
     dtype figures read without an error); the merged block keeps the first block's record and label
     (the numeric rules do not read the weight dtype, so its first refused row is the first block's)."""
-    from costmodel.inputs import dtypes
-
     names = [a.name for a in axes]
     if "weight_dtype" not in names:
         return blocks
     groups: dict = {}
     out = []                              # (position of the first block it covers, block)
     for pos, b in enumerate(blocks):
-        key = _dtype_key(b, dtypes)
+        key = _dtype_key(b)
         if key is None:
             out.append((pos, b))
         else:
@@ -189,10 +189,11 @@ def stack_dtypes(blocks: list, axes: list[Axis]) -> list:
     return [b for _p, b in sorted(out, key=lambda pb: pb[0])]
 
 
-def _dtype_key(b, dtypes):
-    """What a block must share with another to be merged along the weight dtype, or None."""
+def _dtype_key(b):
+    """What a block must share with another to be merged along the weight dtype, or None. Its devices
+    by identity: the loaded devices are the loaders' cached objects, alive while the blocks are."""
     if b.invalid is not None or b.rowwise or b.rec is None or "weight_dtype" not in b.index or \
-            not isinstance(b.rec.weight_dtype, str) or not _dtype_ok(b.rec, dtypes):
+            not isinstance(b.rec.weight_dtype, str) or not _dtype_ok(b.rec):
         return None
     index = tuple(sorted((k, v) for k, v in b.index.items() if k != "weight_dtype"))
     members = tuple(sorted((k, tuple(v)) for k, v in b.members.items()))
@@ -200,7 +201,7 @@ def _dtype_key(b, dtypes):
             dtypes.stack_signature(b.rec.weight_dtype))
 
 
-def _dtype_ok(rec, dtypes) -> bool:
+def _dtype_ok(rec) -> bool:
     """The record's weight dtype stacks: it has a signature, and its Execs' dtype figures build."""
     from costmodel.engine.evaluate import _execs
 
@@ -217,7 +218,6 @@ def _dtype_ok(rec, dtypes) -> bool:
 
 
 def _same_but_dtype(b, first) -> bool:
-    import dataclasses
     return dataclasses.replace(b.rec, weight_dtype=first.rec.weight_dtype) == first.rec
 
 
