@@ -2,7 +2,9 @@
 
 Expected values are the YAML's sourced figures with the arithmetic written out:
 vllm@0.5 host_step_s = 0.62 × 13 ms = 8.06 ms ≈ 8.1 ms; vllm@0.6 host_step_s = 0.29 × 13 ms ≈ 3.8 ms;
-the default version (V1, 0.8) adds nothing, so bare ``vllm`` keeps its numbers."""
+both grow by host_per_seq_s = (20 ms − 3.8 ms) / (200 − 1) sequences = 81 µs per running sequence per step
+(20 ms between steps at batch 200, vllm-project/vllm#6801); the default version (V1, 0.8) adds nothing,
+so bare ``vllm`` keeps its numbers."""
 
 import pytest
 
@@ -36,13 +38,23 @@ def test_bad_versions_are_input_errors(bad, words):
         load_runtime(bad)
 
 
-@pytest.mark.parametrize("version, host_s", [("0.5", 0.0081), ("0.6", 0.0038)])
+@pytest.mark.parametrize("version, host_s", [("0.5", 0.0081 + 81e-6), ("0.6", 0.0038 + 81e-6)])
 def test_evaluate_adds_the_version_host_work_to_every_step_and_the_prefill(version, host_s):
     """Batch 1, single-step scheduling: each decoding step and the prefill (a scheduler invocation of
-    its own) wait host_step_s longer than under the default version."""
+    its own) wait host_step_s + 1 × host_per_seq_s longer than under the default version
+    (0.5: 8.1 + 0.081 = 8.181 ms; 0.6: 3.8 + 0.081 = 3.881 ms)."""
     base, v = _eval("vllm"), _eval(f"vllm@{version}")
     assert v["time_per_output_token_s"] - base["time_per_output_token_s"] == pytest.approx(host_s, abs=1e-12)
     assert v["ttft_s"] - base["ttft_s"] == pytest.approx(host_s, abs=1e-12)
+
+
+@pytest.mark.parametrize("batch, host_s", [(8, 0.0038 + 8 * 81e-6), (200, 0.020)])
+def test_vllm_0_6_host_work_grows_with_the_running_batch(batch, host_s):
+    """vllm@0.6 decoding step over the default version: host_step_s + batch × host_per_seq_s,
+    batch 8: 3.8 + 8 × 0.081 = 4.448 ms; batch 200: 3.8 + 200 × 0.081 = 20.0 ms, the 20 ms between
+    steps at batch 200 that vllm-project/vllm#6801 reports (the figure the per-sequence value comes from)."""
+    base, v = _eval("vllm", batch_size=batch), _eval("vllm@0.6", batch_size=batch)
+    assert v["time_per_output_token_s"] - base["time_per_output_token_s"] == pytest.approx(host_s, abs=1e-12)
 
 
 def test_serving_takes_the_version_scheduler_defaults():
@@ -62,16 +74,17 @@ def test_serving_takes_the_version_scheduler_defaults():
 
 def test_multi_step_scheduling_amortises_the_host_work_under_load():
     """One request alone (no queueing): TPOT over the default version grows by host_step_s per step
-    single-step (3.8 ms) and by host_step_s / 10 = 0.38 ms with num_scheduler_steps=10; the first
-    token's prefill step pays the whole 3.8 ms either way."""
+    single-step (3.8 ms) and by host_step_s / 10 = 0.38 ms with num_scheduler_steps=10, plus the one
+    running sequence's output processing every step either way (host_per_seq_s = 0.081 ms: 3.881 ms and
+    0.461 ms); the first token's prefill step pays the whole 3.8 ms + 0.081 ms for its one chunk."""
     kw = dict(request_rate=0.01, num_requests=1, prompt_len=512, gen_len=101)
     rec = {"model": "llama-3-8b", "hardware": "h100-sxm"}
     r0 = costmodel.serve(dict(rec, runtime="vllm"), **kw)
     r1 = costmodel.serve(dict(rec, runtime="vllm@0.6"), **kw)
     r10 = costmodel.serve(dict(rec, runtime="vllm@0.6"), num_scheduler_steps=10, **kw)
-    assert r1["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.0038, abs=1e-9)
-    assert r10["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.00038, abs=1e-9)
-    assert r1["ttft_s"]["mean"] - r0["ttft_s"]["mean"] == pytest.approx(0.0038, abs=1e-9)
+    assert r1["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.0038 + 0.000081, abs=1e-9)
+    assert r10["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.00038 + 0.000081, abs=1e-9)
+    assert r1["ttft_s"]["mean"] - r0["ttft_s"]["mean"] == pytest.approx(0.0038 + 0.000081, abs=1e-9)
 
 
 def _profile(versions, default="1.0"):
