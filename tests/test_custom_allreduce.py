@@ -1,11 +1,13 @@
-"""vLLM's custom all-reduce (one-shot / two-shot peer-to-peer kernels), chosen by a runtime's
-``tp_allreduce``.
+"""vLLM's custom all-reduce (one-shot / two-shot peer-to-peer kernels): ``allreduce_algorithm=custom``,
+or a runtime whose ``tp_allreduce`` is ``custom`` (no shipped profile sets it yet).
 
 Hand computations use the MI300X link: xGMI fully connected mesh, α = 8 µs, β = 448 GB/s
 (7 links x 64 GB/s); Llama-3.1-70B: 80 layers, d_model 8192.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -15,7 +17,7 @@ from costmodel.engine.parallel import allreduce_time_s, custom_allreduce_applies
 from costmodel.errors import InputError
 from costmodel.inputs.hardware import Link
 from costmodel.inputs.record import parse_record
-from costmodel.inputs.runtime import parse_runtime
+from costmodel.inputs.runtime import load_runtime, parse_runtime
 
 MESH = load_hardware("mi300x").scale_up
 PCIE = Link("PCIe 4.0 x16", bandwidth_bytes_per_s=2.5e10, latency_s=1e-5)
@@ -57,17 +59,23 @@ def test_pcie_only_two_ranks_not_four():
     assert not custom_allreduce_applies(8, Link("InfiniBand NDR 400 Gb/s", 5e10, 1e-5))
 
 
-def test_vllm_runs_its_custom_all_reduce_and_a_record_can_ask_for_nccl():
-    rec = dict(model="llama-3.1-70b", hardware="mi300x", n_devices=8, weight_dtype="fp8", runtime="vllm",
-               batch_size=1, prompt_len=128, gen_len=16)
-    assert build_exec(parse_record(rec)).allreduce_algorithm == "custom"
-    assert build_exec(parse_record(dict(rec, runtime="compiled"))).allreduce_algorithm == "auto"
-    assert build_exec(parse_record(dict(rec, allreduce_algorithm="tree"))).allreduce_algorithm == "tree"
-    # 2 per layer x 80 layers x 8.256e-6 s = 1.32096e-3 s per decode step
-    out = evaluate(dict(rec, allreduce_algorithm="auto"))
+REC = dict(model="llama-3.1-70b", hardware="mi300x", n_devices=8, weight_dtype="fp8", runtime="vllm",
+           batch_size=1, prompt_len=128, gen_len=16)
+
+
+def test_auto_is_the_runtimes_own_all_reduce():
+    custom = dataclasses.replace(load_runtime("vllm"), tp_allreduce="custom")
+    assert build_exec(parse_record(REC).replace(runtime=custom)).allreduce_algorithm == "custom"
+    assert build_exec(parse_record(dict(REC, allreduce_algorithm="tree")).replace(runtime=custom)).allreduce_algorithm == "tree"
+    assert build_exec(parse_record(REC)).allreduce_algorithm == "auto"      # the shipped profiles: NCCL
+
+
+def test_decode_step_all_reduces_by_hand():
+    # custom: 2 per layer x 80 layers x 8.256e-6 s = 1.32096e-3 s per decode step
+    out = evaluate(dict(REC, allreduce_algorithm="custom"))
     assert out["time_interconnect_s"] == pytest.approx(1.32096e-3)
     # NCCL's tree instead: 160 x (2·3·8e-6 + 2·16384/448e9) = 160 x (4.8e-5 + 7.3143e-8) = 7.691703e-3
-    out = evaluate(dict(rec, runtime="compiled"))
+    out = evaluate(dict(REC, allreduce_algorithm="auto"))
     assert out["time_interconnect_s"] == pytest.approx(7.691703e-3, rel=1e-6)
 
 
