@@ -20,7 +20,8 @@ import numpy as np
 
 from costmodel.fast.arrays import add_into, bcast, max_argmax, times_broadcast
 
-from costmodel.engine.ops import AffineOp, Exec, PassShape, kernel_count, layer_ops
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import AffineOp, PassShape, kernel_count, layer_ops
 from costmodel.engine.roofline import BOUNDS, Cost, DeferredWork, OP_BOUND_NAMES, RECORD_OPS, as_dequant, compute_term_s, \
     gemm_time_s, l2_term_s, memory_term_s, op_terms, roofline_terms, summation_order, unit_flops_per_s
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.fast.arrays import add, bcast, compact, max_argmax, multiply
-from costmodel.engine.ops import Exec, PassShape, kernel_count, layer_ops
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import PassShape, kernel_count, layer_ops
 
 BOUNDS = ("compute", "memory", "l2", "interconnect", "launch")
 
