@@ -50,9 +50,11 @@ def test_dense_and_moe_layers_on_one_device_by_hand(tmp_path):
     assert _work(ops["shared_experts"]) == (1, 2 * EXPERT * 2, EXPERT * 2 + 2 * 128 * 2)
     # router 64 × 4: 2·256·2 FLOPs, 256 · 2 B + 2 tokens · (64 + 4) · 2 B
     assert _work(ops["router"]) == (1, 2 * 256 * 2, 256 * 2 + 2 * 68 * 2)
-    # SiLU(gate)·up of the dense layer: 4·128 FLOPs and 3·128·2 B per token (the MoE layer's activation
-    # is left unpinned: the engine prices one expert's width per token, the memory model k + shared)
+    # SiLU(gate)·up of the dense layer: 4·128 FLOPs and 3·128·2 B per token
     assert _work(ops["ffn_activation"]) == (1, 4 * 128 * 2, 3 * 128 * 2 * 2)
+    # the MoE layer's: each token runs k = 2 routed experts and 1 shared one, each 32 wide: (2 + 1)·32 = 96
+    # per token, 4·96 FLOPs and 3·96·2 B per token over T = 2 tokens
+    assert _work(ops["moe_activation"]) == (1, 4 * 96 * 2, 3 * 96 * 2 * 2)
 
 
 def test_expert_parallel_with_attention_data_parallel_by_hand(tmp_path):
@@ -64,6 +66,9 @@ def test_expert_parallel_with_attention_data_parallel_by_hand(tmp_path):
     assert _work(ops["ffn"]) == (1, 2 * 24_576 * 1, 24_576 * 2 + 1 * 128 * 2)
     assert _work(ops["shared_experts"]) == (1, 2 * EXPERT * 1, EXPERT * 2 + 1 * 128 * 2)
     assert _work(ops["ffn_activation"]) == (1, 4 * 128 * 1, 3 * 128 * 2 * 1)
+    # the MoE layer's activation on this device: 2 routed pairs × 32 + its own token's shared expert × 32
+    # = 96 wide in all = the stage's T = 2 tokens × (2 + 1)·32/ep 2 = 48 each
+    assert _work(ops["moe_activation"]) == (1, 4 * 48 * 2, 3 * 48 * 2 * 2)
     # attention on the device's own sequence: 1 token over 110, 111 pairs; 4 heads · 4·16 FLOPs a pair;
     # 110 KV tokens read, 1 written (128 B each), q and o 256 B; no L2 re-reads; logits for 1 token
     assert _work(ops["attention"]) == (2, 4 * 4 * 16 * 111, 110 * 128 + 1 * 128 + 1 * 256)
@@ -80,6 +85,8 @@ def test_all_moe_layers_under_expert_parallel_by_hand(tmp_path):
     ops = _ops(_ex(tmp_path, 0, n_devices=2, tensor_parallel=1, expert_parallel=2))
     assert "ffn" not in ops and "moe_activation" not in ops
     assert _work(ops["moe_ffn"]) == (2, 2 * EXPERT * 2, 1.5 * EXPERT * 2 + 2 * 128 * 2)
+    # activation in both layers: the stage's 2 tokens × (2 + 1)·32/ep 2 = 48 wide each
+    assert _work(ops["ffn_activation"]) == (2, 4 * 48 * 2, 3 * 48 * 2 * 2)
 
 
 def test_tensor_parallel_moe_splits_each_expert_by_hand(tmp_path):
@@ -88,6 +95,8 @@ def test_tensor_parallel_moe_splits_each_expert_by_hand(tmp_path):
     assert _work(ops["moe_ffn"]) == (1, 2 * (EXPERT / 2) * 2 * 2, 3 * (EXPERT / 2) * 2 + 2 * 128 * 2 * 2)
     assert _work(ops["shared_experts"]) == (1, 2 * (EXPERT / 2) * 2, EXPERT / 2 * 2 + 2 * 128 * 2)
     assert _work(ops["ffn_activation"]) == (1, 4 * 64 * 2, 3 * 64 * 2 * 2)
+    # MoE activation: (2 routed + 1 shared)·32 / tp 2 = 48 per token, T = 2
+    assert _work(ops["moe_activation"]) == (1, 4 * 48 * 2, 3 * 48 * 2 * 2)
     assert float(ops["router"].flops) == pytest.approx(2 * 256 * 2)
     # o_proj: 64/2 × 64 per rank, activations in (32) and out (64) at 2 B per token
     assert _work(ops["o_proj"]) == (2, 2 * 2048 * 2, 2048 * 2 + 2 * (32 + 64) * 2)
