@@ -103,3 +103,23 @@ def test_a_separate_draft_device_holds_the_drafts_activations():
     fp = spec.speculative(make_ctx(rec, ex), draft).memory
     assert float(fp.other_device["activations"]) == 2 * (352 * 2 + 4000)
     assert "draft_weights" not in fp.device
+
+
+def _windowed(tmp_path, name):
+    """The unit model or draft with every layer attending over a sliding window of 16 tokens."""
+    p = tmp_path / f"{name}-w16.yaml"
+    p.write_text(open(f"{D}/{name}.yaml").read().replace(f"id: {name}", f"id: {name}-w16")
+                 + "\nattention: {window: 16}\n")
+    return str(p)
+
+
+def test_windowed_layers_cap_the_kv_of_every_holder_at_seqs_times_window(tmp_path):
+    # a sliding window of 16 keeps at most B·16 = 32 tokens' KV per windowed layer, whoever holds it
+    r = evaluate(dict(BASE, draft_model=_windowed(tmp_path, "unit-draft")))
+    # the draft's 2·(120 + 3) tokens capped at 32, 64 B each (1 layer, 1 KV head of 16, fp16)
+    assert r["memory_draft_kv_bytes"] == 32 * 64
+    # a windowed target drafting for itself: its own 2·(120 + 3 + 1) slots and the draft's 2·(120 + 3),
+    # both capped at 32 tokens of 256 B
+    r = evaluate(dict(BASE, model=_windowed(tmp_path, "unit-model"), draft_model="self"))
+    assert r["memory_target_kv_bytes"] == 32 * 256
+    assert r["memory_draft_kv_bytes"] == 32 * 256
