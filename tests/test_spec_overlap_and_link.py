@@ -81,6 +81,10 @@ def test_look_ahead_probability_with_acceptance_by_position():
     assert float(spec.lookahead_probability(ctx)) == pytest.approx((0.8 * 0.5 * 0.25) ** 2, rel=1e-12)
     ctx, _ = _ctx(draft_model=DRAFT_MODEL, gamma=2, acceptance_by_position="0.8,0.5,0.25", batch_size=3)
     assert float(spec.lookahead_probability(ctx)) == pytest.approx((0.8 * 0.5) ** 3, rel=1e-12)
+    # γ over an array: each γ takes its own prefix of the positions
+    ctx, _ = _ctx({"gamma": np.array([2.0, 3.0])}, draft_model=DRAFT_MODEL, gamma=3,
+                  acceptance_by_position="0.8,0.5,0.25", batch_size=2)
+    assert spec.lookahead_probability(ctx).tolist() == pytest.approx([0.4 ** 2, 0.1 ** 2], rel=1e-12)
     # from α: α^(γ·B)
     ctx, _ = _ctx(draft_model=DRAFT_MODEL, gamma=3, acceptance_rate=0.5, batch_size=2)
     assert float(spec.lookahead_probability(ctx)) == 0.5 ** 6
@@ -118,6 +122,10 @@ def test_compute_bound_half_batches_by_hand():
     r_odd = evaluate(dict(kw, batch_size=513, draft_schedule="overlap"))
     Dh, Vh, Xh = draft_s(257), verify_s(257), link_s(257)
     assert r_odd["step_latency_s"] == pytest.approx(max(2 * Dh, 2 * Vh, Dh + Vh + Xh), rel=1e-12)
+    # and does the work of 2·257 = 514 sequences (an even batch's halves do exactly the whole batch's work)
+    h_odd = evaluate(dict(kw, batch_size=257))
+    assert r_odd["flops_per_step"] == pytest.approx(2 * h_odd["flops_per_step"], rel=1e-12)
+    assert r_odd["hbm_bytes_per_step"] == pytest.approx(2 * h_odd["hbm_bytes_per_step"], rel=1e-12)
 
 
 def test_half_batch_step_attribution_sums_to_the_step():
