@@ -123,3 +123,13 @@ def test_windowed_layers_cap_the_kv_of_every_holder_at_seqs_times_window(tmp_pat
     r = evaluate(dict(BASE, model=_windowed(tmp_path, "unit-model"), draft_model="self"))
     assert r["memory_target_kv_bytes"] == 32 * 256
     assert r["memory_draft_kv_bytes"] == 32 * 256
+
+
+def test_windowed_heads_and_mtp_modules_hold_their_kv_capped_too(tmp_path):
+    # a target whose every layer has a 16-token window: its EAGLE head (one such layer, 2 KV heads of 16,
+    # 128 B per token) and its MTP module (one such layer) keep at most B·16 = 32 of their 2·(120 + 3) tokens
+    windowed = _windowed(tmp_path, "unit-model")
+    assert evaluate(dict(BASE, model=windowed, draft_model="eagle"))["memory_draft_kv_bytes"] == 32 * 128
+    p = tmp_path / "unit-model-w16-mtp.yaml"
+    p.write_text(open(windowed).read() + "mtp_layers: 1\n")
+    assert evaluate(dict(BASE, model=str(p), draft_model="mtp"))["memory_draft_kv_bytes"] == 32 * 128
