@@ -65,7 +65,7 @@ def test_lockstep_tokens_of_a_tree_over_batch_sizes():
 def test_parents_are_checked_with_the_field_and_the_allowed_range():
     with pytest.raises(InputError) as e:
         validate_parents([])
-    assert e.value.args[0] == "a tree needs at least one node" and e.value.field == "tree_parents"
+    assert str(e.value) == "field 'tree_parents': a tree needs at least one node" and e.value.field == "tree_parents"
     with pytest.raises(InputError, match=re.escape("too many nodes (1025)")) as e:
         validate_parents([0] * 1025)
     assert e.value.allowed == "at most 1024" and e.value.field == "tree_parents"
