@@ -50,7 +50,7 @@ def test_acceptance_along_the_paths_of_the_worked_tree():
     # a rank beyond the list is never accepted: with p = (0.6,) only nodes 1 and 3 count
     assert T.expected_tokens((0.6,)) == pytest.approx(1 + 0.6 + 0.36, rel=1e-15)
     # no ranks at all: only the root
-    assert T.expected_tokens(()) == 1.0
+    assert T.expected_tokens(()) == 1.0 and Tree((0, 0)).expected_tokens(()) == 1.0
 
 
 def test_lockstep_tokens_of_a_tree_over_batch_sizes():
