@@ -61,6 +61,11 @@ def test_medusa_and_eagle_operators_by_hand():
     assert float(fuse.hbm_bytes) == 8192 * 2 + 4 * 192 * 2
     head = tree_mod.eagle_exec(ctx.ex)
     assert head.model.n_layers == 1 and head.model.d_model == 64 and head.pp == 1
+    # a dense one-layer model sharing the target's embedding and LM head, named as such
+    h = head.model
+    assert (h.id, h.name, h.n_experts, h.experts_per_token, h.tied_embeddings, h.published_params) == \
+        ("eagle-head(unit-model)", "EAGLE head", 1, 1, True, None)
+    assert h.source == "EAGLE (arXiv:2401.15077) draft head"
 
 
 def test_the_alpha_whose_rank_model_gives_a_trees_tau():
