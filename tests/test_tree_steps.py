@@ -48,8 +48,17 @@ def test_an_eagle_head_drafts_the_root_then_level_one_by_hand():
     # its weights (45,184 parameters, fp16) and its layer's KV for B·L_peak = 2·120 tokens
     assert r["memory_draft_weights_bytes"] == 45_184 * 2
     assert r["memory_draft_kv_bytes"] == 2 * 120 * 128
+    assert r["tree_depth"] == 2
+    # the head keeps no prompt of its own: TTFT is the target's prefill of 2 × 100 tokens
+    assert r["ttft_s"] == pytest.approx(pass_s(UNIT, 200, 10_100, 200, lm=2), rel=1e-12)
+    # the largest activations: that prefill, 200 · 704 · 2 B + 2 logit rows · 1000 · 4 B
+    assert r["memory_activations_bytes"] == 200 * 704 * 2 + 2 * 1000 * 4
     p = evaluate_passes(dict(BASE, draft_model="eagle"))
     assert [k for k in p if k != "ar_decode"] == ["prefill", "draft", "verify"]
+    assert float(p["prefill"].cost.time_s) == pytest.approx(pass_s(UNIT, 200, 10_100, 200, lm=2), rel=1e-12)
+    # the head's attention: 4·4·16 = 256 FLOPs per pair, pairs 2·110 + 4·111
+    att = sum(float(row[1]) for row in p["draft"].cost.ops if row[0] == "attention")
+    assert att == 256 * (2 * 110 + 4 * 111)
     assert p["draft"].ex.model.id == "eagle-head(unit-model)" and p["prefill"].ex.model.id == "unit-model"
 
 
@@ -120,3 +129,52 @@ def test_which_tree_the_record_asks_for():
     # beats 1 + 0.6 + 0.2 + 0.36 = 2.16
     ctx, _ = _ctx(**kw, tree_nodes=3)
     assert tree_mod.build_tree(ctx).parents == (0, 1, 2)
+
+
+def test_a_self_draft_with_a_kv_budget_reads_only_the_budget():
+    # MagicDec-style: the target drafts for itself over its last 50 tokens of KV: passes of 2 and 4 tokens
+    # over 50 + depth positions, 2·50 KV tokens read each; no draft prefill (the target's own)
+    r = evaluate(dict(BASE, draft_model="self", draft_kv_budget=50))
+    draft = pass_s(UNIT, 2, 2 * 50, 100) + pass_s(UNIT, 4, 4 * 51, 100)
+    assert r["draft_time_per_step_s"] == pytest.approx(draft, rel=1e-12)
+    assert [k for k in evaluate_passes(dict(BASE, draft_model="self", draft_kv_budget=50)) if k != "ar_decode"] == \
+        ["prefill", "draft", "verify"]
+
+
+def test_per_branch_verification_rereads_the_context_partly_from_l2():
+    # tree (0, 0, 1): branches 0-2 (2 tokens) and 0-1-3 (3 tokens): 5 tokens per sequence, pairs inside
+    # the branches 3 + 6 = 9, each branch over the whole context L = 50,010 (P = 50,000, G = 20).
+    # One layer's context KV for B = 2: 100,020 · 128 B = 12,802,560 B > L2 (1e7): a share
+    # 1e7 / 12,802,560 of the second branch's re-read hits L2, the rest goes to HBM
+    L = 50_010
+    hit = 1e7 / (2 * L * 128)
+    r = evaluate(dict(BASE, prompt_len=50_000, attention_kernel="per_branch", draft_model="none"))
+    expected = pass_s(UNIT, 10, 2 * 9 + 2 * L * 5, 2 * L + 2 * L * (1 - hit), kv_l2=2 * L * hit, writes=10)
+    assert r["step_latency_s"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_heads_split_over_tensor_parallel_devices():
+    # tp = 2: each device runs half of every GEMM
+    ctx, _ = _ctx(n_devices=2, draft_model="medusa", medusa_heads=3)
+    params = 3 * (64 * 64 + 64 * 1000)
+    (op,) = tree_mod.medusa_ops(ctx.ex, 3, 2.0)
+    assert float(op.flops) == 2 * params / 2 * 2
+    assert float(op.hbm_bytes) == params / 2 * 2 + 2 * 3 * 1000 / 2 * 4
+    fuse = tree_mod.eagle_fuse_op(ctx.ex, 4.0)
+    assert float(fuse.flops) == 2 * 8192 / 2 * 4
+    assert float(fuse.hbm_bytes) == 8192 / 2 * 2 + 4 * (128 + 32) * 2
+    r = evaluate(dict(BASE, n_devices=2, draft_model="medusa", medusa_heads=3))
+    ar = evaluate(dict(BASE, n_devices=2, strategy="autoregressive", tree_parents=None, rank_acceptance=None,
+                       attention_kernel=None))
+    assert r["memory_draft_weights_bytes"] == params * 2 / 2
+    assert r["weights_bytes"] - ar["weights_bytes"] == params * 2
+
+
+def test_host_work_of_a_tree_step_per_method_and_per_sequence():
+    # the runtime's EAGLE path syncs once with the host (launch 0 + host-link latency 10 µs) and spends
+    # 1 µs per sequence (B = 2)
+    ctx, draft = _ctx(draft_model="eagle")
+    plain = tree_mod.tree(ctx, draft).step.time_s
+    rt = dataclasses.replace(ctx.ex.rt, spec_step_syncs=(("eagle", 1.0),), host_per_seq_s=1e-6)
+    ctx2 = dataclasses.replace(ctx, ex=dataclasses.replace(ctx.ex, rt=rt))
+    assert tree_mod.tree(ctx2, draft).step.time_s == pytest.approx(plain + 1e-5 + 2e-6, rel=1e-12)
