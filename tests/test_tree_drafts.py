@@ -51,16 +51,20 @@ def test_head_parameters_by_hand():
 def test_medusa_and_eagle_operators_by_hand():
     ctx, _ = _ctx()
     (op,) = tree_mod.medusa_ops(ctx.ex, 3, 2.0)
+    assert (op.name, op.kind, op.group) == ("medusa_heads", "matrix", "heads")
     params = 3 * (64 * 64 + 64 * 1000)
     # 2 FLOPs per weight per sequence; weights once in fp16, fp32 logits of 3 heads per sequence
     assert float(op.flops) == 2 * params * 2
     assert float(op.hbm_bytes) == params * 2 + 2 * 3 * 1000 * 4
     fuse = tree_mod.eagle_fuse_op(ctx.ex, 4.0)
+    assert fuse.name == "eagle_fuse"
     # a 2·64 × 64 FC over 4 tokens: 2·8192·4 FLOPs; weights 8192·2 B, activations 4·(128 + 64)·2 B
     assert float(fuse.flops) == 2 * 8192 * 4
     assert float(fuse.hbm_bytes) == 8192 * 2 + 4 * 192 * 2
     head = tree_mod.eagle_exec(ctx.ex)
     assert head.model.n_layers == 1 and head.model.d_model == 64 and head.pp == 1
+    # whole on one pipeline stage even when the target is split over two
+    assert tree_mod.eagle_exec(dataclasses.replace(ctx.ex, pp=2)).pp == 1
     # a dense one-layer model sharing the target's embedding and LM head, named as such
     h = head.model
     assert (h.id, h.name, h.n_experts, h.experts_per_token, h.tied_embeddings, h.published_params) == \

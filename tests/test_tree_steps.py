@@ -67,6 +67,8 @@ def test_an_eagle3_tree_fuses_features_on_the_root_pass_only():
     rows = evaluate_passes(dict(BASE, draft_model="eagle3", draft_vocab_size=500))["draft"].cost.ops
     flops = {name: sum(float(r[1]) for r in rows if r[0] == name) for name in ("eagle3_embed_qkv", "eagle3_fc")}
     assert flops == {"eagle3_embed_qkv": 2 * 64 * 128 * (2 + 4), "eagle3_fc": 2 * 192 * 64 * 2}
+    # its LM head covers the 500-token draft vocabulary: 2·64·500 FLOPs per token, 6 tokens
+    assert sum(float(r[1]) for r in rows if r[0] == "lm_head") == 2 * 64 * 500 * 6
     # the head with a 500-token LM head: 89,600 parameters (see test_spec_passes_and_memory.py)
     assert evaluate(dict(BASE, draft_model="eagle3", draft_vocab_size=500))["memory_draft_weights_bytes"] == 89_600 * 2
 
@@ -178,3 +180,23 @@ def test_host_work_of_a_tree_step_per_method_and_per_sequence():
     rt = dataclasses.replace(ctx.ex.rt, spec_step_syncs=(("eagle", 1.0),), host_per_seq_s=1e-6)
     ctx2 = dataclasses.replace(ctx, ex=dataclasses.replace(ctx.ex, rt=rt))
     assert tree_mod.tree(ctx2, draft).step.time_s == pytest.approx(plain + 1e-5 + 2e-6, rel=1e-12)
+
+
+def test_windowed_layers_cap_a_trees_target_kv(tmp_path):
+    # every layer with a 16-token window: B·L_peak = 240 tokens capped at B·16 = 32, 256 B each
+    p = tmp_path / "unit-model-w16.yaml"
+    p.write_text(open(f"{D}/unit-model.yaml").read().replace("id: unit-model", "id: unit-model-w16")
+                 + "\nattention: {window: 16}\n")
+    assert evaluate(dict(BASE, model=str(p), draft_model="none"))["memory_target_kv_bytes"] == 32 * 256
+
+
+def test_the_hardware_search_prices_the_chosen_tree_as_given():
+    # searching with a draft model under a depth bound: the tree it picks, priced on its own, gives the
+    # same step (draft passes included) and stays within the bound
+    kw = dict(BASE, tree_parents=None, draft_model=f"{D}/unit-draft.yaml", tree_nodes=6, tree_depth=2,
+              tree_shape="optimal_for_hardware")
+    r = evaluate(kw)
+    assert r["tree_depth"] <= 2 and r["draft_time_per_step_s"] > 0
+    alone = dict(kw, tree_shape=None, tree_nodes=None, tree_depth=None,
+                 tree_parents=",".join(str(p) for p in r["tree_parents"]))
+    assert evaluate(alone)["step_latency_s"] == r["step_latency_s"]
