@@ -6,8 +6,10 @@ Rows of the table (each figure is costmodel's speed over llm-analysis' ``LLMAnal
 per configuration, measured here, see bench_sweep.llm_analysis_bench; noisy on a shared machine,
 so best of ``--repeat``):
 
-* 1 M-row sweeps (batch × prompt) of autoregressive, speculative, shared-prefix and tree decoding,
-  one worker, and the speculative sweep with two workers over one;
+* 1 M-row sweeps (batch 1..1000 × prompt 16..16000) of llama-2-7b-32k (llama-2-7b's architecture
+  with a 32K context, so that every prompt is within its max_context): autoregressive,
+  speculative, shared-prefix and tree decoding, one worker, and the speculative sweep with two
+  workers over one;
 * the capacity-planning grid: 16 GPUs × 5 models × 2 strategies × 3 dtypes × 4 device counts ×
   9 batches × 3 prompts = 51,840 rows (``on_invalid="mark"``: a model that does not split over 8
   devices is marked, not fatal), per row;
@@ -29,12 +31,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_sweep import axes_for, llm_analysis_bench  # noqa: E402
 
 SETUPS = {
-    "autoregressive": dict(model="llama-2-7b", hardware="a100-80gb", gen_len=128),
-    "speculative": dict(model="llama-2-7b", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
+    "autoregressive": dict(model="llama-2-7b-32k", hardware="a100-80gb", gen_len=128),
+    "speculative": dict(model="llama-2-7b-32k", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
                         acceptance_rate=0.7, gamma=4, gen_len=128),
-    "shared_prefix": dict(model="llama-2-7b", hardware="a100-80gb", strategy="shared_prefix", n_branches=4,
+    "shared_prefix": dict(model="llama-2-7b-32k", hardware="a100-80gb", strategy="shared_prefix", n_branches=4,
                           shared_prefix_len=0, gen_len=128),
-    "tree": dict(model="llama-2-7b", hardware="a100-80gb", strategy="tree", draft_model="llama-68m",
+    "tree": dict(model="llama-2-7b-32k", hardware="a100-80gb", strategy="tree", draft_model="llama-68m",
                  acceptance_rate=0.7, tree_nodes=32, tree_depth=5, gen_len=128),
 }
 GPUS = ["a100-80gb", "a100-40gb", "h100-sxm", "h100-pcie", "h200", "l4", "l40s", "a10g", "t4", "v100",

@@ -7,7 +7,8 @@ What it measures (the project's goals: ≥ 500× llm-analysis per configuration,
 peak memory < 2 GB):
 
 * ``costmodel.sweep`` of 1,000,000 rows: batch_size 1..1000 × prompt_len 16..16000 step 16, one
-  speculative setup (llama-2-7b target, llama-68m draft, α = 0.7, γ = 4, a100-80gb). Wall time of
+  speculative setup (llama-2-7b-32k target: llama-2-7b with a 32K context, so that prompts up to
+  16,000 tokens are within its max_context; llama-68m draft, α = 0.7, γ = 4, a100-80gb). Wall time of
   the whole call, DataFrame included; the median of ``--repeat`` runs after a warm-up run.
 * one ``costmodel.evaluate(dict)`` including record parsing, specs cached: median of many calls.
 * peak memory of the sweep: tracemalloc's peak (numpy buffers and Python objects allocated during
@@ -37,7 +38,7 @@ import sys
 import time
 import tracemalloc
 
-SETUP = dict(model="llama-2-7b", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
+SETUP = dict(model="llama-2-7b-32k", hardware="a100-80gb", strategy="speculative", draft_model="llama-68m",
              acceptance_rate=0.7, gamma=4, gen_len=128)
 
 
@@ -48,7 +49,7 @@ def axes_for(rows: int) -> dict:
     return dict(batch_size=range(1, side + 1), prompt_len=range(16, 16 * side + 1, 16))
 
 
-AR_SETUP = dict(model="llama-2-7b", hardware="a100-80gb", gen_len=128)   # llm-analysis' kind of config
+AR_SETUP = dict(model="llama-2-7b-32k", hardware="a100-80gb", gen_len=128)   # llm-analysis' kind of config
 
 
 def time_sweep(axes: dict, repeat: int, workers=None, setup=SETUP) -> tuple[float, int, list]:

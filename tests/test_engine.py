@@ -147,7 +147,8 @@ def test_weight_only_int4_gemm_pays_dequantisation_on_the_vector_units():
     matrix term 2·135 266 304 / (312e12·0.939) = 0.9234 µs at one token. fp16 weights: none."""
     from costmodel.inputs.hardware import load_hardware
     from costmodel.inputs.model import load_model
-    from costmodel.engine.ops import Exec, PassShape, layer_ops
+    from costmodel.engine.execution import Exec
+    from costmodel.engine.ops import PassShape, layer_ops
     from costmodel.engine.roofline import op_terms
     from costmodel.inputs.runtime import load_runtime
 

@@ -2,7 +2,9 @@
 
 Expected values are the YAML's sourced figures with the arithmetic written out:
 vllm@0.5 host_step_s = 0.62 × 13 ms = 8.06 ms ≈ 8.1 ms; vllm@0.6 host_step_s = 0.29 × 13 ms ≈ 3.8 ms;
-the default version (V1, 0.8) adds nothing, so bare ``vllm`` keeps its numbers."""
+both grow by host_per_seq_s = (20 ms − 3.8 ms) / (200 − 1) sequences = 81 µs per running sequence per step
+(20 ms between steps at batch 200, vllm-project/vllm#6801); the default version (V1, 0.8) adds nothing,
+so bare ``vllm`` keeps its numbers."""
 
 import pytest
 
@@ -36,13 +38,23 @@ def test_bad_versions_are_input_errors(bad, words):
         load_runtime(bad)
 
 
-@pytest.mark.parametrize("version, host_s", [("0.5", 0.0081), ("0.6", 0.0038)])
+@pytest.mark.parametrize("version, host_s", [("0.5", 0.0081 + 81e-6), ("0.6", 0.0038 + 81e-6)])
 def test_evaluate_adds_the_version_host_work_to_every_step_and_the_prefill(version, host_s):
     """Batch 1, single-step scheduling: each decoding step and the prefill (a scheduler invocation of
-    its own) wait host_step_s longer than under the default version."""
+    its own) wait host_step_s + 1 × host_per_seq_s longer than under the default version
+    (0.5: 8.1 + 0.081 = 8.181 ms; 0.6: 3.8 + 0.081 = 3.881 ms)."""
     base, v = _eval("vllm"), _eval(f"vllm@{version}")
     assert v["time_per_output_token_s"] - base["time_per_output_token_s"] == pytest.approx(host_s, abs=1e-12)
     assert v["ttft_s"] - base["ttft_s"] == pytest.approx(host_s, abs=1e-12)
+
+
+@pytest.mark.parametrize("batch, host_s", [(8, 0.0038 + 8 * 81e-6), (200, 0.020)])
+def test_vllm_0_6_host_work_grows_with_the_running_batch(batch, host_s):
+    """vllm@0.6 decoding step over the default version: host_step_s + batch × host_per_seq_s,
+    batch 8: 3.8 + 8 × 0.081 = 4.448 ms; batch 200: 3.8 + 200 × 0.081 = 20.0 ms, the 20 ms between
+    steps at batch 200 that vllm-project/vllm#6801 reports (the figure the per-sequence value comes from)."""
+    base, v = _eval("vllm", batch_size=batch), _eval("vllm@0.6", batch_size=batch)
+    assert v["time_per_output_token_s"] - base["time_per_output_token_s"] == pytest.approx(host_s, abs=1e-12)
 
 
 def test_serving_takes_the_version_scheduler_defaults():
@@ -62,16 +74,17 @@ def test_serving_takes_the_version_scheduler_defaults():
 
 def test_multi_step_scheduling_amortises_the_host_work_under_load():
     """One request alone (no queueing): TPOT over the default version grows by host_step_s per step
-    single-step (3.8 ms) and by host_step_s / 10 = 0.38 ms with num_scheduler_steps=10; the first
-    token's prefill step pays the whole 3.8 ms either way."""
+    single-step (3.8 ms) and by host_step_s / 10 = 0.38 ms with num_scheduler_steps=10, plus the one
+    running sequence's output processing every step either way (host_per_seq_s = 0.081 ms: 3.881 ms and
+    0.461 ms); the first token's prefill step pays the whole 3.8 ms + 0.081 ms for its one chunk."""
     kw = dict(request_rate=0.01, num_requests=1, prompt_len=512, gen_len=101)
     rec = {"model": "llama-3-8b", "hardware": "h100-sxm"}
     r0 = costmodel.serve(dict(rec, runtime="vllm"), **kw)
     r1 = costmodel.serve(dict(rec, runtime="vllm@0.6"), **kw)
     r10 = costmodel.serve(dict(rec, runtime="vllm@0.6"), num_scheduler_steps=10, **kw)
-    assert r1["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.0038, abs=1e-9)
-    assert r10["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.00038, abs=1e-9)
-    assert r1["ttft_s"]["mean"] - r0["ttft_s"]["mean"] == pytest.approx(0.0038, abs=1e-9)
+    assert r1["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.0038 + 0.000081, abs=1e-9)
+    assert r10["tpot_s"]["mean"] - r0["tpot_s"]["mean"] == pytest.approx(0.00038 + 0.000081, abs=1e-9)
+    assert r1["ttft_s"]["mean"] - r0["ttft_s"]["mean"] == pytest.approx(0.0038 + 0.000081, abs=1e-9)
 
 
 def _profile(versions, default="1.0"):
@@ -117,7 +130,7 @@ def test_trt_llm_0_5_gqa_extra_bytes_by_hand():
     context tokens -> K = 419,430,400 bytes, h = 52,428,800 / 419,430,400 = 0.125; per_query_head
     re-reads K r - 1 = 7 times: HBM 7 x K x 0.875 = 2,569,011,200 bytes, L2 7 x K x 0.125 = 367,001,600."""
     from costmodel.engine.evaluate import build_exec
-    from costmodel.engine.ops import gqa_extra_bytes
+    from costmodel.engine.kv_reads import gqa_extra_bytes
     from costmodel.inputs.record import parse_record
     rec = dict(model="llama-2-70b", hardware="h200", batch_size=1, prompt_len=1, gen_len=1, kv_dtype="fp16")
     hbm, l2 = gqa_extra_bytes(build_exec(parse_record(dict(rec, runtime="trt-llm@0.5"))), 102400)
@@ -137,3 +150,55 @@ def test_a_fitted_profile_keeps_the_row_version_attributes():
     fitted = dataclasses.replace(load_runtime("trt-llm"), step_overhead_s=0.001)
     rt = record_for(m, {"trt-llm": fitted}).runtime
     assert (rt.gqa_attention, rt.version, rt.step_overhead_s) == ("per_query_head", "0.5", 0.001)
+
+
+# --- TensorRT-LLM: fp8 MoE experts from 0.10 ---------------------------------------------------------------
+
+def _moe_ffn(runtime, weight_dtype="fp8", hardware="h100-sxm", tokens=512.0):
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import PassShape, layer_ops
+    from costmodel.inputs.record import parse_record
+    ex = build_exec(parse_record(dict(model="mixtral-8x7b", hardware=hardware, runtime=runtime, batch_size=1,
+                                      prompt_len=1, gen_len=1, weight_dtype=weight_dtype, kv_dtype="fp16")))
+    op = next(o for o in layer_ops(PassShape(tokens=tokens, pairs=0.0, kv_hbm_tokens=0.0), ex) if o.name == "moe_ffn")
+    return ex, op
+
+
+@pytest.mark.parametrize("asked, picked, fp8_experts", [("0.5", "0.5", False), ("0.9", "0.7", False),
+                                                        ("0.10", "0.10", True), ("0.12", "0.10", True)])
+def test_trt_llm_versions_before_0_10_have_no_fp8_moe(asked, picked, fp8_experts):
+    rt = load_runtime(f"trt-llm@{asked}")
+    assert (rt.version, rt.fp8_moe_experts) == (picked, fp8_experts)
+    assert load_runtime("trt-llm").fp8_moe_experts          # the default (current) engine
+
+
+def test_trt_llm_0_9_fp8_mixtral_experts_by_hand():
+    """Mixtral-8x7B (d 4096, expert d_ff 14336, 8 experts, top-2) fp8 on one H100 SXM, 512 tokens in the
+    pass. One expert: 3 x 4096 x 14336 = 176,160,768 weights; every expert is touched
+    (8 x (1 - 0.75^512) = 8 to 1e-60). FLOPs = 2 x 176,160,768 x 2 (k) x 512 = 360,777,252,864 either way;
+    bytes = 8 x 176,160,768 x 1 + 512 x (4096 + 4096) x 2 bytes x 2 (k) = 1,409,286,144 + 16,777,216
+    = 1,426,063,360 either way (1-byte weights).
+    0.10+: fp8 GEMM at 1.9789e15 x 0.698 = 1.38127e15 FLOP/s, no dequantisation.
+    0.9: weight-only: fp16 rate 9.894e14 x 0.798 = 7.89541e14 FLOP/s (trt-llm compute_efficiency 1.0)
+    plus int8's 2 dequantisation FLOPs per weight read: 8 x 176,160,768 x 2 = 2,818,572,288."""
+    from costmodel.engine.roofline import unit_flops_per_s
+    new_ex, new = _moe_ffn("trt-llm@0.10")
+    old_ex, old = _moe_ffn("trt-llm@0.9")
+    assert float(new.flops) == float(old.flops) == pytest.approx(360_777_252_864, rel=1e-12)
+    assert float(new.hbm_bytes) == float(old.hbm_bytes) == pytest.approx(1_426_063_360, rel=1e-9)
+    assert unit_flops_per_s(new, new_ex) == pytest.approx(1.9789e15 * 0.698, rel=1e-12)
+    assert unit_flops_per_s(old, old_ex) == pytest.approx(9.894e14 * 0.798, rel=1e-12)
+    assert (float(new.dequant_flops), float(old.dequant_flops)) == (0.0, pytest.approx(2_818_572_288, rel=1e-12))
+    # attention and the other linears stay fp8: the non-expert operators are the same
+    from costmodel.engine.ops import PassShape, layer_ops
+    shape = PassShape(tokens=512.0, pairs=0.0, kv_hbm_tokens=0.0)
+    rest = [[(o.name, float(o.flops), float(o.hbm_bytes), o.unit_flops_per_s) for o in layer_ops(shape, ex)
+             if o.name != "moe_ffn"] for ex in (new_ex, old_ex)]
+    assert rest[0] == rest[1]
+
+
+def test_fp16_engines_and_dense_models_are_unchanged_by_the_fp8_moe_attribute():
+    """An fp16 engine keeps its experts in fp16 in every version (A100 rows of the v0.9.0 tables)."""
+    _, a = _moe_ffn("trt-llm@0.9", weight_dtype="fp16", hardware="a100-80gb")
+    _, b = _moe_ffn("trt-llm@0.10", weight_dtype="fp16", hardware="a100-80gb")
+    assert (float(a.flops), float(a.hbm_bytes), a.unit_flops_per_s) == (float(b.flops), float(b.hbm_bytes), None)

@@ -43,7 +43,7 @@ def test_medusa_step_host_work_by_hand():
     # eager: Medusa 32 operations and 7 syncs per step; an A100 launch 2.52 us + PCIe round trip 8.0 us;
     # host_per_kernel_s h = 20 us: 32 x 20 us + 7 x 10.52 us = 640 + 73.64 = 713.64 us
     from costmodel import load_hardware, load_model
-    from costmodel.engine.ops import Exec
+    from costmodel.engine.execution import Exec
     d = _eager_yaml()
     d["host_per_kernel_s"]["value"] = 2.0e-5
     rt = parse_runtime(d, "eager.yaml")

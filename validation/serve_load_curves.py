@@ -17,6 +17,17 @@ Engine settings each row ran with (not fitted; from the row's notes and the engi
 * SGLang rows keep ``runtime=vllm`` at its default version, as the CSV maps them (no SGLang profile).
 * ShareGPT rows that give no lengths: the vLLM v0.6.0 post's ShareGPT sample (500 prompts, mean
   202 input / 179 output tokens, stated in the post) — an assumption, said so in the output.
+* ShareGPT rows state mean lengths, but the benchmark sends each sampled conversation's own lengths
+  (``benchmark_serving`` / ``sglang.bench_serving``: the first human turn as the prompt, the first
+  reply's token count as the output length). Rows without a ``gen_len_dist`` therefore draw output
+  lengths as ``lognormal:MEAN:SHAREGPT_OUTPUT_CV``. The CV is the one the DataCrunch SGLang records
+  of the same sampler imply (raw jsonl, ShareGPT lines at 4 and 8 req/s: mean / median E2E latency
+  3201.5 / 1988.6 ms and 5302.6 / 3291.8 ms, both 1.61; at light load E2E ≈ output tokens × ITL, and a
+  lognormal's mean / median is sqrt(1 + CV²), so CV = sqrt(1.61² − 1) = 1.26). Prompt lengths stay at
+  their mean (no published spread; the prefill is linear in them).
+* ITL: AIPerf / genai-perf rows (NIM) average each request's (E2E − TTFT) / (output − 1), the
+  simulator's TPOT; ``benchmark_serving`` rows pool every inter-token gap, the simulator's
+  token-weighted ITL (:func:`itl_is_per_request`).
 * As many requests as the benchmark sent (``num_requests``); where the source gives no count,
   vLLM's ``benchmark_serving`` default of 1000 prompts, or 4 × the clients of a closed loop (at least 200).
 """
@@ -33,13 +44,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import costmodel  # noqa: E402
 from costmodel.errors import InputError  # noqa: E402
 
-RECORD_COLS = ("model", "hardware", "n_devices", "tensor_parallel", "runtime", "weight_dtype", "strategy",
+RECORD_COLS = ("model", "hardware", "n_devices", "tensor_parallel", "runtime", "weight_dtype", "kv_dtype", "strategy",
                "draft_model", "gamma", "acceptance_rate", "mean_accepted_tokens")
 WORKLOAD_COLS = ("prompt_len", "gen_len", "prompt_len_dist", "gen_len_dist", "request_rate", "max_concurrency",
                  "num_requests", "max_num_seqs")
 
 
 SHAREGPT_DEFAULT = (202, 179)       # vLLM v0.6.0 post, 'Dataset': ShareGPT, 500 prompts, mean in/out
+#: ShareGPT output-length CV: sqrt((mean/median E2E)² − 1) of the DataCrunch ShareGPT records (docstring)
+SHAREGPT_OUTPUT_CV = 1.26
 V0_YEARS = ("2024",)
 BENCHMARK_SERVING_PROMPTS = 1000    # vLLM benchmarks/benchmark_serving.py --num-prompts default
 
@@ -67,7 +80,21 @@ def engine_settings(row) -> tuple[dict, list]:
             pd.isna(row.get("prompt_len_dist")):
         wl["prompt_len"], wl["gen_len"] = SHAREGPT_DEFAULT
         said.append("ShareGPT lengths not given: 202/179 assumed")
+    if str(row.get("dataset")).lower() == "sharegpt" and pd.isna(row.get("gen_len_dist")):
+        mean_out = wl.get("gen_len", row.get("gen_len"))
+        wl["gen_len_dist"] = f"lognormal:{float(mean_out):g}:{SHAREGPT_OUTPUT_CV:g}"
+        said.append(f"ShareGPT output lengths drawn lognormal, mean {float(mean_out):g}, CV {SHAREGPT_OUTPUT_CV:g}")
     return wl, said
+
+
+def itl_is_per_request(row) -> bool:
+    """Whether a row's ITL is AIPerf / genai-perf's: per request (E2E − TTFT) / (output tokens − 1),
+    then averaged over requests (NIM benchmarking guide, 'Metrics') — the simulator's ``tpot_s``.
+    Otherwise (``vllm bench serve`` / ``benchmark_serving``, ``sglang.bench_serving``) ITL pools every
+    gap between streamed tokens of every request, so long requests weigh by their length: the
+    simulator's token-weighted ``itl_s``."""
+    src = str(row.get("source") or "")
+    return "AIPerf" in src or "genai-perf" in src
 
 
 def predict(row, max_requests):
@@ -94,7 +121,9 @@ def predict(row, max_requests):
     for stat in ("mean", "p50", "p90", "p99"):
         if metric.endswith("_" + stat):
             base = metric[: -len(stat) - 1]
-            return res["tpot_s" if base == "itl_s" else base][stat]
+            if base == "itl_s" and itl_is_per_request(row):
+                base = "tpot_s"
+            return res[base][stat]
     return res[metric]
 
 

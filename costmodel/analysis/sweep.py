@@ -71,6 +71,7 @@ from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, 
 from costmodel.inputs.model import load_model
 from costmodel.engine.roofline import operator_rows
 from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.dtypes import WeightDtypes
 from costmodel.inputs.hardware import HardwareStack, stack_hardware
 from costmodel.inputs.record import Record, parse_record
 
@@ -170,13 +171,16 @@ def _piece_record(b: Block, sl: dict):
     if not b.members:
         return b.rec
     changes = {}
-    for name, values in (("hardware", b.stack), ("n_devices", b.counts)):
+    for name, values in (("hardware", b.stack), ("n_devices", b.counts), ("weight_dtype", b.dtypes)):
         if name in b.members:
             chosen = values[sl.get(name, slice(None))]
             shape = [1] * len(b.vec)
             shape[b.vec.index(name)] = len(chosen)
-            changes[name] = (stack_hardware(chosen, shape) if name == "hardware"
-                             else np.asarray(chosen, dtype=np.int64).reshape(shape))
+            if name == "weight_dtype":
+                changes[name] = chosen[0] if len(chosen) == 1 else WeightDtypes(tuple(chosen), tuple(shape))
+            else:
+                changes[name] = (stack_hardware(chosen, shape) if name == "hardware"
+                                 else np.asarray(chosen, dtype=np.int64).reshape(shape))
     return dataclasses.replace(b.rec, **changes)
 
 
@@ -322,7 +326,8 @@ def _number_or_nan(text) -> float:
 def _evaluate_piece(rec, arrays) -> dict:
     """evaluate()'s keys for one piece: arrays from evaluate_arrays, the record-level keys
     (model, n_devices_total, tree_parents, …) from evaluate() on the piece's record."""
-    if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack) and not np.ndim(rec.n_devices)):
+    if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack) and not np.ndim(rec.n_devices)
+                          and not isinstance(rec.weight_dtype, WeightDtypes)):
         return _flat(evaluate(rec))
     with operator_rows(False):            # the per-operator breakdown is not a column
         res = evaluate_arrays(rec, arrays, bound_codes=True, check_limits=False)   # check_block did
@@ -331,8 +336,28 @@ def _evaluate_piece(rec, arrays) -> dict:
     # evaluate()'s keys in its order: the record's, the arrays, the record-level tail
     out = record_head(rec)
     out.update(res)
-    out.update(_flat(record_tail(rec, extras)))
+    wd = rec.weight_dtype
+    if not isinstance(wd, WeightDtypes):
+        out.update(_flat(record_tail(rec, extras)))
+        return out
+    # stacked weight dtypes: each member's record-level keys (its notes), one value where they agree
+    tails = [_flat(record_tail(dataclasses.replace(rec, weight_dtype=m), extras)) for m in wd.members]
+    for k, v in tails[0].items():
+        vs = [t.get(k) for t in tails]
+        if all(_same(x, v) for x in vs[1:]):
+            out[k] = v
+        else:
+            a = np.empty(len(vs), dtype=object)
+            a[:] = vs
+            out[k] = a.reshape(wd.shape)
     return out
+
+
+def _same(x, y) -> bool:
+    """x and y are the same record-level value (text, number, or an array of device counts)."""
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and np.array_equal(x, y)
+    return type(x) is type(y) and x == y
 
 
 _RECORD_KEYS: dict = {}

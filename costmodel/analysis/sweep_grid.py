@@ -191,6 +191,7 @@ class Block:
     members: dict = field(default_factory=dict)
     stack: tuple = ()
     counts: tuple = ()             # the device counts of an ``n_devices`` member axis, in its order
+    dtypes: tuple = ()             # the weight dtypes of a ``weight_dtype`` member axis, in its order
 
     def where(self, names: list) -> tuple:
         """The block's region of the grid: fixed indices, member indices (a slice where contiguous),
@@ -296,7 +297,8 @@ def _blocks(base: dict, axes: list[Axis], strict: bool, hw, nd) -> list[Block]:
                 blocks.extend(_group_blocks(base, group, numeric, tuple(full[a.name] for a in group), strict))
     for a in group:                 # values only invalid groups had: as given
         a.values = [canonical_value(r) if v is None else v for v, r in zip(a.values, a.raw)]
-    return blocks
+    from costmodel.analysis.sweep_stack import stack_dtypes
+    return stack_dtypes(blocks, axes)
 
 
 def _group_blocks(base: dict, group: list[Axis], numeric: list[Axis], gidx: tuple, strict: bool) -> list[Block]:

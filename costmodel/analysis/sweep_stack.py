@@ -2,14 +2,19 @@
 :class:`~costmodel.inputs.hardware.HardwareStack` (device numbers as arrays along its dimension)
 and the ``n_devices`` axis as an array of device counts, so that one block of the sweep covers every
 device and device count the engine prices alike (:func:`costmodel.engine.evaluate.hardware_signature`;
-counts all one or all several). Used by :func:`costmodel.analysis.sweep_grid.group_blocks`."""
+counts all one or all several); and the ``weight_dtype`` axis as a
+:class:`~costmodel.inputs.dtypes.WeightDtypes` where its values share a
+:func:`~costmodel.inputs.dtypes.stack_signature` (:func:`stack_dtypes`). Used by
+:func:`costmodel.analysis.sweep_grid.group_blocks`."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value
 from costmodel.errors import InputError
+from costmodel.inputs import dtypes
 
 
 def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict: bool):
@@ -152,3 +157,75 @@ def _canonical_values(group: list, index: dict, rec, hw, nd, counts, ns) -> None
     if nd is not None:
         for c, n in zip(counts, ns):
             nd.values[c] = canonical_value(n)
+
+
+def stack_dtypes(blocks: list, axes: list[Axis]) -> list:
+    """``blocks`` with each run of blocks that differ only in their ``weight_dtype`` value merged into
+    one block whose ``weight_dtype`` is a member axis (contiguous value indices of one
+    :func:`~costmodel.inputs.dtypes.stack_signature`, each member's record built and its Exec's
+    dtype figures read without an error); the merged block keeps the first block's record and label
+    (the numeric rules do not read the weight dtype, so its first refused row is the first block's)."""
+    names = [a.name for a in axes]
+    if "weight_dtype" not in names:
+        return blocks
+    groups: dict = {}
+    out = []                              # (position of the first block it covers, block)
+    for pos, b in enumerate(blocks):
+        key = _dtype_key(b)
+        if key is None:
+            out.append((pos, b))
+        else:
+            groups.setdefault(key, []).append((pos, b))
+    for members in groups.values():
+        members.sort(key=lambda pb: pb[1].index["weight_dtype"])
+        run = [members[0]]
+        for pb in members[1:] + [None]:
+            if pb is not None and pb[1].index["weight_dtype"] == run[-1][1].index["weight_dtype"] + 1 and \
+                    _same_but_dtype(pb[1], run[0][1]):
+                run.append(pb)
+                continue
+            out.append((min(p for p, _b in run), _merged([b for _p, b in run], names) if len(run) > 1 else run[0][1]))
+            run = [pb]
+    return [b for _p, b in sorted(out, key=lambda pb: pb[0])]
+
+
+def _dtype_key(b):
+    """What a block must share with another to be merged along the weight dtype, or None. Its devices
+    by identity: the loaded devices are the loaders' cached objects, alive while the blocks are."""
+    if b.invalid is not None or b.rowwise or b.rec is None or "weight_dtype" not in b.index or \
+            not isinstance(b.rec.weight_dtype, str) or not _dtype_ok(b.rec):
+        return None
+    index = tuple(sorted((k, v) for k, v in b.index.items() if k != "weight_dtype"))
+    members = tuple(sorted((k, tuple(v)) for k, v in b.members.items()))
+    return (index, tuple(b.vec), members, b.counts, tuple(id(d) for d in b.stack),
+            dtypes.stack_signature(b.rec.weight_dtype))
+
+
+def _dtype_ok(rec) -> bool:
+    """The record's weight dtype stacks: it has a signature, and its Execs' dtype figures build."""
+    from costmodel.engine.evaluate import _execs
+
+    if dtypes.stack_signature(rec.weight_dtype) is None:
+        return False
+    try:
+        for ex in _execs(rec):
+            if ex is not None:
+                (ex.w_bytes, ex.lm_head_w_bytes, ex.embedding_w_bytes, ex.act_bytes, ex.dequant_flops_per_weight,
+                 ex.compute_dtype, ex.quantised)
+    except InputError:
+        return False
+    return True
+
+
+def _same_but_dtype(b, first) -> bool:
+    return dataclasses.replace(b.rec, weight_dtype=first.rec.weight_dtype) == first.rec
+
+
+def _merged(run: list, names: list):
+    """One block for a run of blocks that differ only in their weight dtype."""
+    first = run[0]
+    vec = set(first.vec) | {"weight_dtype"}
+    return Block(first.rec, {k: v for k, v in first.index.items() if k != "weight_dtype"},
+                 [n for n in names if n in vec], label=first.label,
+                 members={**first.members, "weight_dtype": [b.index["weight_dtype"] for b in run]},
+                 stack=first.stack, counts=first.counts, dtypes=tuple(b.rec.weight_dtype for b in run))

@@ -45,10 +45,12 @@ def _diagnose_layout(row: dict, m: Measurement) -> str | None:
                 "re-reads served by L2 as far as it holds them), and what remains too fast is in the long-context "
                 "70B rows: the L2 share of the re-reads is an upper bound (no measured hit rate for these kernels)")
     if rec.model.startswith("mixtral") and rt == "trt-llm" and e is not None and abs(e) > 0.25:
-        return ("MoE expert GEMMs: TensorRT-LLM 0.9's Mixtral reaches 3.8x fewer tokens/s per GPU than Mistral-7B "
-                "at TP1 although each GPU holds 0.9x the active weights per token; at batch 1 its 2048-token "
-                "prefill takes 2.8x the Mistral one: the grouped expert GEMMs run far below the dense GEMM "
-                "rate the model applies to every expert")
+        return ("MoE expert GEMMs: TensorRT-LLM 0.9 has no fp8 MoE GEMM (fp8 Mixtral arrives in 0.10), so these "
+                "rows run as trt-llm@0.9 with the fp8 experts weight-only at the fp16 rate; on Hopper the "
+                "compute-bound rows (2048-token prefills, batch 512-1024 decode) still measure ~1.5-2x slower "
+                "than that, while the A100 fp16 rows spread both ways around the dense rate: a Hopper-only loss "
+                "in the grouped expert GEMM (plausibly an Ampere-style kernel without wgmma; neither the 0.9 "
+                "kernel nor its rate is sourced yet)")
     if rec.hardware == "mi300x" and e is not None and e > 0.25 and rec.batch_size <= 16:
         return ("tensor-parallel all-reduce over Infinity Fabric: 2 per layer x 80 layers priced at ~48 us each "
                 "(8 us link latency in the ring/tree formulas) = 7.7 ms of an 11.5 ms step, while the measured "

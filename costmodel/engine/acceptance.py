@@ -24,7 +24,9 @@ def geometric_sum(r, n_terms):
     # included): 0/0 is "invalid", never "divide"
     with np.errstate(invalid="ignore"):
         s = (1.0 - r ** n) / (1.0 - r)
-    return np.where(np.isclose(r, 1.0), n, s)
+    # np.isclose(r, 1.0) (|r − 1| <= atol + rtol·|1|, rtol 1e-5, atol 1e-8; NaN and ±inf are not
+    # close to 1) without its general-purpose broadcasting and infinity handling
+    return np.where(np.abs(r - 1.0) <= 1e-08 + 1e-05 * 1.0, n, s)
 
 
 def chain_tokens_per_step(alpha, gamma):

@@ -24,7 +24,7 @@ from costmodel.errors import InputError
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine import memory
-from costmodel.engine.ops import Exec
+from costmodel.engine.execution import Exec
 from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.inputs.record import Record, parse_record
 from costmodel.inputs.runtime import load_runtime
@@ -46,8 +46,12 @@ def build_exec(rec: Record) -> Exec:
     model = load_model(rec.model)
     hw = load_hardware(rec.hardware, rec.power_mode)
     rt = load_runtime(rec.runtime)
-    wd = dtypes.check(rec.weight_dtype, "weight_dtype")
-    kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
+    wd = rec.weight_dtype
+    if type(wd) is dtypes.WeightDtypes:    # a sweep's stacked dtypes: one signature, checked members
+        kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd.members[0]), "kv_dtype")
+    else:
+        wd = dtypes.check(wd, "weight_dtype")
+        kd = dtypes.check(rec.kv_dtype or dtypes.default_kv_dtype(wd), "kv_dtype")
     pp = rec.pipeline_parallel
     tp = rec.tensor_parallel or rec.n_devices // pp
     ep = rec.expert_parallel or 1

@@ -2,7 +2,7 @@
 
 A strategy says what it stores (KV tokens of the target and of the draft, the passes it runs, where
 the draft sits); this module turns that into bytes. Per device of a tensor-parallel group of ``tp``
-and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.ops.Exec`):
+and a pipeline of ``pp`` stages (``ex``: :class:`costmodel.engine.execution.Exec`):
 
     target weights   = (whole-model weights + replicated K/V projections) / (tp·pp)   weights_device_bytes
                        (expert parallel: routed experts / (ep·pp), the rest / (tp·pp))
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.engine.ops import Exec
+from costmodel.engine.execution import Exec
 from costmodel.fast.arrays import add
 
 
@@ -51,6 +51,8 @@ def weights_total_bytes(ex: Exec) -> float:
     token embedding and (untied) LM head in their own formats (``Exec.embedding_w_bytes``,
     ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes.
     Dense-FFN and MoE layers are summed per kind (``Model.n_dense_layers``, ``Model.n_moe_layers``)."""
+    if ex.dtype_members:                  # stacked weight dtypes: each member's own sum
+        return ex.per_weight_dtype(weights_total_bytes)
     m = ex.model
     if not ex.quantised:
         return m.n_params * ex.w_bytes
@@ -80,6 +82,8 @@ def routed_expert_bytes(ex: Exec) -> float:
     m = ex.model
     if not m.n_moe_layers:
         return 0.0
+    if ex.dtype_members:
+        return ex.per_weight_dtype(routed_expert_bytes)
     d, w = m.d_model, m.expert_d_ff
     down = d * w
     return float(m.n_moe_layers * m.n_experts * ((m.expert_params - down) * ex.w_bytes_for(d)

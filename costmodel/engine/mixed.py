@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.engine.ops import Exec, PassShape, kernel_count, layer_ops
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import PassShape, kernel_count, layer_ops
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.roofline import Cost, operator_rows, roofline_terms
 

@@ -9,12 +9,14 @@ for the group. Formulas (per layer unless stated):
               embedding in their own formats: Exec.w_bytes_for, lm_head_w_bytes, embedding_w_bytes);
               weight-only int8/int4 (and fp8 on GPUs without fp8 units): + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
               once per weight read, independent of tokens), which add to the operator's compute term
-* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts
+* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts; a
+              runtime without fp8 MoE GEMMs (Runtime.fp8_moe_experts) runs an fp8 engine's experts
+              weight-only: 1-byte weights dequantised to fp16, FLOPs at the fp16 rate (Exec.experts_weight_only)
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
               L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
               among its query heads (Runtime.gqa_attention) reads or copies it once per query head
-              (gqa_extra_bytes; L2 absorbs the re-reads it holds)
+              (kv_reads.gqa_extra_bytes; L2 absorbs the re-reads it holds)
 * all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
               faster per message (auto, the default), over
               parallel.tp_link: the network when the TP group spans nodes)
@@ -26,150 +28,12 @@ for the group. Formulas (per layer unless stated):
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.inputs import dtypes
-from costmodel.inputs.hardware import Hardware
-from costmodel.inputs.model import Model
-from costmodel.inputs.runtime import Runtime
-
-
-@dataclass(frozen=True)
-class Exec:
-    """A model on hardware under a runtime with dtypes and tensor/pipeline parallel degrees.
-
-    Immutable; its derived quantities (bytes per element, achievable FLOP/s and bandwidth, …) are
-    computed once per instance (``functools.cached_property``)."""
-
-    model: Model
-    hw: Hardware
-    rt: Runtime
-    weight_dtype: str = "fp16"
-    kv_dtype: str = "fp16"
-    tp: int = 1
-    pp: int = 1
-    allreduce_algorithm: str = "auto"     # 'auto' (default: the faster per message), 'ring' or 'tree' (parallel.allreduce_time_s)
-    ep: int = 1                   # expert-parallel degree: routed experts split over ep devices of a stage
-    dp: int = 1                   # attention data-parallel groups of tp devices per stage (ep = tp·dp when > 1)
-
-    @property
-    def stage_devices(self) -> int:
-        """Devices of one pipeline stage: tp·dp (tp without attention data parallelism)."""
-        return self.tp * self.dp
-
-    @property
-    def quantised(self) -> bool:
-        """Weight-only int8/int4: stored in the runtime's quantised format (dtypes module docstring)."""
-        return self.weight_dtype in dtypes.QUANTISED
-
-    def w_bytes_for(self, d_in) -> float:
-        """Bytes per weight of a quantised decoder matrix with input dimension ``d_in``: element bytes +
-        the runtime's scale bytes per group / group size (group = ``d_in`` for per-channel scales)."""
-        if not self.quantised:
-            return dtypes.BYTES_PER_ELEMENT[dtypes.check(self.weight_dtype, "weight_dtype")]
-        wd = self.weight_dtype
-        if wd in dtypes.FP4_BLOCK_FORMATS:
-            return dtypes.quantised_bytes_per_weight(wd, *dtypes.FP4_BLOCK_FORMATS[wd])
-        return dtypes.quantised_bytes_per_weight(wd, self.rt.group_size(wd), self.rt.scale_bytes_per_group(wd), d_in)
-
-    @functools.cached_property
-    def w_bytes(self) -> float:
-        """Bytes per decoder-layer weight, scales included (per-channel scales taken at d_in = d_model)."""
-        return self.w_bytes_for(self.model.d_model)
-
-    @functools.cached_property
-    def lm_head_w_bytes(self) -> float:
-        """Bytes per LM-head weight: the runtime's LM-head format, the activation dtype when the runtime
-        leaves the head unquantised (``Runtime.quantize_lm_head``), else the body's format."""
-        if not self.quantised:
-            return self.w_bytes
-        if not self.rt.quantize_lm_head:
-            return self.act_bytes
-        own = self.rt.lm_head_bytes_per_weight(self.weight_dtype)
-        return self.w_bytes if own is None else float(own)
-
-    @functools.cached_property
-    def embedding_w_bytes(self) -> float:
-        """Bytes per token-embedding weight; a tied embedding is the LM head's tensor and takes its format."""
-        if self.model.tied_embeddings:
-            return self.lm_head_w_bytes
-        if self.quantised and not self.rt.quantize_embedding:
-            return self.act_bytes
-        return self.w_bytes
-
-    @functools.cached_property
-    def kv_elem_bytes(self) -> float:
-        return dtypes.kv_bytes_per_element(self.kv_dtype)
-
-    @functools.cached_property
-    def act_bytes(self) -> float:
-        return dtypes.activation_bytes(self.weight_dtype)
-
-    @functools.cached_property
-    def heads_per_device(self) -> float:
-        return self.model.n_heads / self.tp
-
-    @functools.cached_property
-    def kv_heads_per_device(self) -> int:
-        """KV heads held per device: split across TP, replicated when kv_heads < tp (MLA: the one
-        latent, replicated on every TP rank)."""
-        if self.model.mla is not None:
-            return 1
-        if np.ndim(self.tp):              # device counts as an array (a sweep's n_devices axis)
-            return np.ceil(self.model.n_kv_heads / self.tp)
-        return math.ceil(self.model.n_kv_heads / self.tp)
-
-    @functools.cached_property
-    def kv_bytes_per_token_layer(self) -> float:
-        """KV of one token in one layer on one device: 2·kv_heads/dev·head_dim·bytes; MLA
-        (kv_lora_rank + qk_rope_head_dim)·bytes on every TP rank (the latent is not split by heads)."""
-        if self.model.mla is not None:
-            return float(self.model.kv_elements_per_token_layer) * self.kv_elem_bytes
-        return 2.0 * self.kv_heads_per_device * self.model.head_dim * self.kv_elem_bytes
-
-    @functools.cached_property
-    def dequant_flops_per_weight(self) -> float:
-        """Vector-unit FLOPs a weight-only int8/int4 GEMM spends per weight it reads (unpack, convert to
-        fp16, apply the group scale/zero); 0 for weights stored in the compute dtype. A property of the
-        runtime's kernels: ``Runtime.dequant_flops_per_weight`` (runtimes/*.yaml, with sources)."""
-        if not dtypes.weight_only(self.weight_dtype, self.hw):
-            return 0.0
-        # fp8 weight-only: the same one-byte-to-fp16 conversion and scale as int8
-        # nvfp4/mxfp4 without fp4 units: 4-bit unpack and block scale, as int4
-        fmt = {"fp8": "int8", "nvfp4": "int4", "mxfp4": "int4"}.get(self.weight_dtype, self.weight_dtype)
-        return float(getattr(self.rt, f"dequant_flops_per_weight_{fmt}"))
-
-    @functools.cached_property
-    def compute_dtype(self) -> str:
-        """The matrix units' dtype on this hardware (``dtypes.compute_dtype``)."""
-        return dtypes.compute_dtype(self.weight_dtype, self.hw)
-
-    @functools.cached_property
-    def matrix_flops_per_s(self) -> float:
-        """Achievable matrix FLOP/s: peak(compute dtype) · the hardware's measured large-GEMM fraction
-        for that dtype (``Hardware.matrix_efficiency_for``: fp8 GEMMs reach ~0.70 of the fp8 peak on
-        an H100 where bf16 reaches ~0.80 of its own) · the runtime's efficiency."""
-        cd = self.compute_dtype
-        return self.hw.matrix_peak(cd) * self.hw.matrix_efficiency_for(cd) * self.rt.compute_efficiency
-
-    @functools.cached_property
-    def vector_flops_per_s(self) -> float:
-        return self.hw.vector_flops_per_s * self.rt.compute_efficiency
-
-    @functools.cached_property
-    def hbm_bytes_per_s(self) -> float:
-        """Achievable HBM bandwidth: datasheet · measured fraction · runtime factor, and at most
-        sm_count · the runtime's per-SM bandwidth (``Runtime.sm_bandwidth_bytes_per_s``, when given):
-        a kernel with few bytes in flight per SM cannot cover the DRAM latency on a GPU whose
-        bandwidth needs more (Little's law), so it reaches the same absolute rate on an A100 as on an
-        H100 PCIe while it reaches most of a GDDR card's lower peak."""
-        bw = self.hw.bandwidth_bytes_per_s * self.hw.memory_efficiency * self.rt.bandwidth_efficiency
-        cap = self.rt.sm_bandwidth_bytes_per_s
-        return bw if cap is None else np.minimum(bw, self.hw.sm_count * cap)
+from costmodel.engine.execution import Exec
+from costmodel.engine.kv_reads import gqa_extra_bytes
 
 
 @dataclass
@@ -187,6 +51,9 @@ class Op:
     #: vector-unit (CUDA-core) FLOPs spent inside this matrix operator besides its matrix FLOPs:
     #: unpacking and scaling weight-only quantised weights (``Exec.dequant_flops_per_weight``)
     dequant_flops: object = 0.0
+    #: the matrix rate this operator runs at when not the pass's (``Exec.expert_matrix_flops_per_s``:
+    #: MoE experts kept in fp16 in an fp8 engine); None = ``Exec.matrix_flops_per_s``
+    unit_flops_per_s: object = None
 
 
 _LAZY = object()
@@ -197,7 +64,7 @@ class AffineOp(Op):
     FLOPs = f1·x, HBM bytes = h0 + h1·x. The arrays are built on first read (a prefill's work
     totals are never read, and a compute-bound GEMM's time needs only its FLOPs), and the
     roofline can settle the binding term from the two ends of x's range
-    (``_roofline_fast._dominant_term``). Assigning ``flops`` or ``hbm_bytes`` stores that value."""
+    (``costmodel.engine.pass_cost._dominant_term``). Assigning ``flops`` or ``hbm_bytes`` stores that value."""
 
     def __init__(self, name, kind, count, x, f1, h0, h1, dequant_flops=0.0, group="layer"):
         # Op's fields set directly (l2_bytes and comm_s keep Op's class defaults, 0.0): this runs
@@ -244,49 +111,23 @@ class PassShape:
     extra_ops: list = field(default_factory=list)
 
 
-def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None) -> Op:
+def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None, expert=False) -> Op:
     """2·params·tokens FLOPs; weights once (in the runtime's stored format, scales included: the
     ``lm_head`` in ``Exec.lm_head_w_bytes``, the others in ``Exec.w_bytes_for(d_in)``) plus activations
     in and out; weight-only quantised weights are dequantised once per pass on the vector units
-    (params · dequant_flops_per_weight; none for an LM head the runtime keeps unquantised)."""
+    (params · dequant_flops_per_weight; none for an LM head the runtime keeps unquantised). MoE
+    experts (``expert``) of an fp8 engine without fp8 MoE GEMMs run weight-only: fp16 rate
+    (``Exec.expert_matrix_flops_per_s``) and ``Exec.expert_dequant_flops_per_weight``."""
     t = np.asarray(tokens, dtype=float)
     head = name == "lm_head"
     w = ex.lm_head_w_bytes if head else ex.w_bytes_for(d_in)
-    dq = 0.0 if head and not ex.rt.quantize_lm_head else ex.dequant_flops_per_weight
-    return AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
-                    h0=params * w, h1=(d_in + d_out) * ex.act_bytes, dequant_flops=params * dq if dq else 0.0)
-
-
-def l2_hit_fraction(ex: Exec, context_tokens) -> np.ndarray:
-    """Share of re-reads of one layer's context KV served by L2: min(1, L2 bytes / working set),
-    the working set being ``context_tokens`` (summed over the batch) of that layer's KV."""
-    ws = np.asarray(context_tokens, dtype=float) * ex.kv_bytes_per_token_layer
-    return np.minimum(1.0, ex.hw.l2_bytes / np.maximum(ws, 1.0))
-
-
-def gqa_extra_bytes(ex: Exec, kv_read_tokens):
-    """(extra HBM bytes, L2 bytes) per layer of an attention kernel that does not share a KV head among
-    its r = (heads/tp)/(KV heads per device) query heads (``Runtime.gqa_attention``), for
-    ``kv_read_tokens`` KV tokens read (K = the bytes of those tokens' KV on the device,
-    h = :func:`l2_hit_fraction` of the re-read set):
-
-        per_query_head: r − 1 re-reads of K:   HBM (r − 1)·K·(1 − h), L2 (r − 1)·K·h, h over K
-        repeat_kv:      r copies written, then read:  HBM r·K + r·K·(1 − h), L2 r·K·h, h over r·K
-
-    (None, None) for ``grouped`` kernels, r ≤ 1 (MHA) and MLA (one latent read by every head)."""
-    mode = ex.rt.gqa_attention
-    m = ex.model
-    if mode == "grouped" or m.mla is not None:
-        return None, None
-    r = ex.heads_per_device / ex.kv_heads_per_device
-    if r <= 1.0:
-        return None, None
-    k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
-    if mode == "per_query_head":
-        h = l2_hit_fraction(ex, kv_read_tokens)
-        return (r - 1.0) * k_bytes * (1.0 - h), (r - 1.0) * k_bytes * h
-    h = l2_hit_fraction(ex, r * np.asarray(kv_read_tokens, dtype=float))
-    return r * k_bytes + r * k_bytes * (1.0 - h), r * k_bytes * h
+    dq = 0.0 if head and not ex.rt.quantize_lm_head else ex.expert_dequant_flops_per_weight if expert \
+        else ex.dequant_flops_per_weight
+    op = AffineOp(name, "matrix", ex.model.n_layers if count is None else count, t, f1=2.0 * params,
+                  h0=params * w, h1=(d_in + d_out) * ex.act_bytes,
+                  dequant_flops=params * dq if np.ndim(dq) or dq else 0.0)
+    op.unit_flops_per_s = ex.expert_matrix_flops_per_s if expert else None
+    return op
 
 
 def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
@@ -347,6 +188,7 @@ def _routed_experts_op(ex: Exec, t_stage) -> Op:
     d, L = m.d_model, m.n_moe_layers
     e, k = m.n_experts, m.experts_per_token
     t = t_stage
+    w, dq = ex.w_bytes, ex.expert_dequant_flops_per_weight
     if ex.ep <= 1:
         distinct = e * (1.0 - (1.0 - k / e) ** t)
         per_expert = m.expert_params / ex.tp
@@ -356,9 +198,9 @@ def _routed_experts_op(ex: Exec, t_stage) -> Op:
         per_expert = float(m.expert_params)
         pairs = t * k / ex.ep
         flops, acts = 2.0 * per_expert * pairs, pairs * (d + d) * act
-    return Op("moe_ffn", "matrix", L, flops=flops, hbm_bytes=distinct * per_expert * ex.w_bytes + acts,
-              dequant_flops=(distinct * per_expert * ex.dequant_flops_per_weight
-                             if ex.dequant_flops_per_weight else 0.0))
+    return Op("moe_ffn", "matrix", L, flops=flops, hbm_bytes=distinct * per_expert * w + acts,
+              dequant_flops=distinct * per_expert * dq if np.ndim(dq) or dq else 0.0,
+              unit_flops_per_s=ex.expert_matrix_flops_per_s)
 
 
 def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
@@ -377,7 +219,7 @@ def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
         per_expert = m.expert_params / tp
         ops.append(_routed_experts_op(ex, t_stage if ex.ep > 1 else t))
         if m.n_shared_experts:
-            ops.append(gemm("shared_experts", m.n_shared_experts * per_expert, t, d, d, ex, count=L))
+            ops.append(gemm("shared_experts", m.n_shared_experts * per_expert, t, d, d, ex, count=L, expert=True))
         ops.append(gemm("router", d * e, t, d, e, ex, count=L))
     if m.n_moe_layers and m.n_dense_layers:
         ops.append(AffineOp("ffn_activation", "vector", m.n_dense_layers, t, f1=4.0 * m.d_ff / tp, h0=0.0,

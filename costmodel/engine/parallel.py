@@ -132,9 +132,17 @@ def _per_element(hw, n, pick) -> Link:
     stack = isinstance(hw, HardwareStack)
     members, hshape = (hw.members, hw.shape) if stack else ((hw,), ())
     shape = np.broadcast_shapes(hshape, np.shape(n))
-    which = np.broadcast_to(np.arange(len(members)).reshape(hshape) if stack else 0, shape)
-    counts = np.broadcast_to(n, shape)
-    links = [pick(members[which[i]], int(counts[i])) for i in np.ndindex(shape)]
+    # element by element in C order (np.ndindex's), as Python ints; each (device, count) picked once
+    which = np.broadcast_to(np.arange(len(members)).reshape(hshape) if stack else 0, shape).ravel().tolist()
+    counts = np.broadcast_to(n, shape).ravel().tolist()
+    picked: dict = {}
+    links = []
+    for j, c in zip(which, counts):
+        c = int(c)
+        got = picked.get((j, c))
+        if got is None:
+            got = picked[(j, c)] = pick(members[j], c)
+        links.append(got)
     return Link(type=links[0].type,
                 bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(shape),
                 latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(shape))

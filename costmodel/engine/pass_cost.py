@@ -20,7 +20,8 @@ import numpy as np
 
 from costmodel.fast.arrays import add_into, bcast, max_argmax, times_broadcast
 
-from costmodel.engine.ops import AffineOp, Exec, PassShape, kernel_count, layer_ops
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import AffineOp, PassShape, kernel_count, layer_ops
 from costmodel.engine.roofline import BOUNDS, Cost, DeferredWork, OP_BOUND_NAMES, RECORD_OPS, as_dequant, compute_term_s, \
     gemm_time_s, l2_term_s, memory_term_s, op_terms, roofline_terms, summation_order, unit_flops_per_s
 
@@ -285,8 +286,9 @@ def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
             if getattr(dq, "ndim", 0):
                 return None
             dq = float(dq)
-        terms = roofline_terms(op.kind, f, h, float(l2), float(cm), dq, peak_v if op.kind == "vector" else peak_m,
-                               peak_v, bw, l2bw)
+        own = op.unit_flops_per_s
+        rate = peak_v if op.kind == "vector" else peak_m if own is None else float(own)
+        terms = roofline_terms(op.kind, f, h, float(l2), float(cm), dq, rate, peak_v, bw, l2bw)
         for x in terms:
             if not x > 0.0 and (x != 0.0 or copysign(1.0, x) < 0.0):
                 return None

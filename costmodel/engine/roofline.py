@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.fast.arrays import add, bcast, compact, max_argmax, multiply
-from costmodel.engine.ops import Exec, PassShape, kernel_count, layer_ops
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import PassShape, kernel_count, layer_ops
 
 BOUNDS = ("compute", "memory", "l2", "interconnect", "launch")
 
@@ -190,8 +191,13 @@ def l2_term_s(hbm_bytes, l2_bytes, l2_bytes_per_s):
 
 def unit_flops_per_s(op, ex: Exec):
     """Achievable FLOP/s of the unit an operator runs on: the vector rate for elementwise and
-    reduction kernels, the matrix (tensor-core) rate for the rest."""
-    return ex.vector_flops_per_s if op.kind == "vector" else ex.matrix_flops_per_s
+    reduction kernels, the matrix (tensor-core) rate for the rest (the operator's own
+    ``Op.unit_flops_per_s`` when it runs in another dtype than the pass: fp16 MoE experts in an fp8
+    engine)."""
+    if op.kind == "vector":
+        return ex.vector_flops_per_s
+    own = op.unit_flops_per_s
+    return ex.matrix_flops_per_s if own is None else own
 
 
 def roofline_terms(kind, flops, hbm_bytes, l2_bytes, comm_s, dequant_flops, unit_rate, vector_rate, hbm_rate,

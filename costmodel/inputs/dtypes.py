@@ -16,11 +16,13 @@ Examples (the runtime profiles in ``runtimes/*.yaml`` carry the format of each s
 
 Which tensors a stack quantises is a runtime property too (``Runtime.quantize_embedding``,
 ``Runtime.quantize_lm_head``): tensors left unquantised stay in the activation dtype (fp16/bf16);
-``ops.Exec`` applies the format per tensor. Without a runtime (``weight_bytes_per_param``) the
+``execution.Exec`` applies the format per tensor. Without a runtime (``weight_bytes_per_param``) the
 defaults below describe a generic AWQ/GPTQ-like layout applied to every weight.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -64,7 +66,7 @@ def quantised_bytes_per_weight(dtype: str, group_size, scale_bytes_per_group: fl
 
 def weight_bytes_per_param(dtype: str) -> float:
     """Storage bytes per weight in the default layout (no runtime): int4 = 0.5 + 4/128 = 0.53125,
-    int8 = 1.0; the runtime-aware figure is ``ops.Exec.w_bytes``."""
+    int8 = 1.0; the runtime-aware figure is ``execution.Exec.w_bytes``."""
     check(dtype, "weight_dtype")
     if dtype in FP4_BLOCK_FORMATS:
         return quantised_bytes_per_weight(dtype, *FP4_BLOCK_FORMATS[dtype])
@@ -110,6 +112,30 @@ def default_kv_dtype(weight_dtype: str) -> str:
 def activation_bytes(weight_dtype: str) -> float:
     """Activations stay in fp16/bf16 (fp32 for an fp32 model)."""
     return 4.0 if weight_dtype == "fp32" else 2.0
+
+
+@dataclass(frozen=True, eq=False)
+class WeightDtypes:
+    """Several weight dtypes along one axis of a sweep's grid (``shape``: 1 everywhere but that
+    axis), as one ``Exec.weight_dtype``: every number an Exec derives from its weight dtype is then
+    an array of its members' own figures (``costmodel.engine.execution.Exec.per_weight_dtype``), so a
+    pass is priced for all of them in one array evaluation, element for element the same
+    floating-point operations as for each alone. The members agree on :func:`stack_signature`."""
+
+    members: tuple
+    shape: tuple
+
+    __hash__ = object.__hash__            # identity, like a HardwareStack
+
+
+def stack_signature(weight_dtype: str):
+    """What the engine decides on (rather than computes with) about a weight dtype: the matrix
+    units' dtype, the default KV dtype and the activation bytes; None for fp8 and the fp4 formats,
+    whose compute dtype depends on the device. Dtypes with one signature may share a sweep block
+    (:class:`WeightDtypes`)."""
+    if weight_dtype not in BYTES_PER_ELEMENT or weight_dtype == "fp8" or weight_dtype in FP4_BLOCK_FORMATS:
+        return None
+    return compute_dtype(weight_dtype), default_kv_dtype(weight_dtype), activation_bytes(weight_dtype)
 
 
 def check(dtype: str, field: str) -> str:

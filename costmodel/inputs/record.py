@@ -81,8 +81,10 @@ def _as_number(name, v, src, what, allowed=None):
 
 
 def _as_int(name, v, src):
-    raw = v
     spec = BY_NAME[name]
+    if type(v) is int and -(1 << 62) < v < (1 << 62) and not spec.out_of_range(v):
+        return v                    # a plain in-range int: what the checks below return, without them
+    raw = v
     allowed = spec.allowed
     v = _as_number(name, v, src, "an integer", allowed)
     if isinstance(v, float):
@@ -96,6 +98,8 @@ def _as_int(name, v, src):
 
 def _as_float(name, v, src):
     spec = BY_NAME.get(name)
+    if type(v) is float and math.isfinite(v) and not (spec is not None and spec.kind == "float" and spec.out_of_range(v)):
+        return v                    # a finite in-range float: what the checks below return, without them
     v = float(_as_number(name, v, src, "a number"))
     if spec is not None and spec.kind == "float" and spec.out_of_range(v):
         raise InputError(f"out of range: {v}", source=src, field=name, allowed=spec.allowed)

@@ -41,6 +41,10 @@ class Runtime:
     #: as it holds them); ``repeat_kv`` copies K/V to one head per query head before attending (HF
     #: transformers' repeat_kv: the copies are written, then read back)
     gqa_attention: str = "grouped"
+    #: whether its MoE GEMMs multiply an fp8 engine's experts (routed and shared) on the fp8 units;
+    #: False: the 1-byte expert weights are dequantised to fp16 inside the grouped GEMM (weight-only,
+    #: fp16 matrix rate) while the other matrices run fp8 (Exec.experts_weight_only)
+    fp8_moe_experts: bool = True
     #: vector FLOPs per weight its weight-only int4 / int8 GEMM kernels spend dequantising (ops.gemm)
     dequant_flops_per_weight_int4: float = 0.0
     dequant_flops_per_weight_int8: float = 0.0
@@ -123,13 +127,13 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
-            "prefill_per_sequence", "gqa_attention")
+            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL + ("default_version", "versions")
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
 VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
-                "gqa_attention")
+                "gqa_attention", "fp8_moe_experts")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -165,7 +169,7 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
         _optional(f, f"lm_head_bytes_per_weight_{dt}", vals, sources,
                   lambda s: s.num("value", min_value=0.125, max_value=4))
     _optional(f, "gqa_attention", vals, sources, _gqa_attention)
-    for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence"):
+    for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts"):
         _optional(f, k, vals, sources, lambda s: s.flag("value"))
     _optional(f, "prefill_chunk_tokens", vals, sources,
               lambda s: s.num("value", min_value=1, max_value=1 << 24, allow_null=True, required=False))
@@ -254,6 +258,10 @@ def _version_entry(f: Fields, version: str | None):
     if s is not None:
         s.check_keys(("value", "source"))
     _optional(e, "gqa_attention", vals, sources, _gqa_attention)
+    s = e.sub("fp8_moe_experts", required=False)
+    if s is not None:
+        s.check_keys(("value", "source"))
+    _optional(e, "fp8_moe_experts", vals, sources, lambda s: s.flag("value"))
     return vals, sources, want
 
 

@@ -270,6 +270,10 @@ def resolve(kind: str, id_or_path, field: str) -> Path:
     def allowed():
         return ", ".join(zoo_ids(kind)) + ", or a path to a YAML file"
 
+    if type(id_or_path) is str:              # a zoo id found before: no path parsing (a sweep's hot path)
+        hit = _ZOO_FILES.get((kind, id_or_path))
+        if hit is not None:
+            return hit
     if not isinstance(id_or_path, (str, Path)):
         raise InputError(f"must be a zoo id or a path, got {type(id_or_path).__name__} {_short(id_or_path)}",
                          field=field, allowed=allowed())
@@ -295,6 +299,8 @@ def resolve(kind: str, id_or_path, field: str) -> Path:
     cand = zoo_dir(kind) / f"{s.lower()}.yaml"
     if _path_test(cand.is_file):
         _ZOO_FILES[(kind, s.lower())] = cand
+        if type(id_or_path) is str:
+            _ZOO_FILES[(kind, id_or_path)] = cand      # the text as given, for the lookup above
         return cand
     ids = zoo_ids(kind)
     raise InputError(f"unknown id {_short(s)}{suggest(s.lower(), ids)}", field=field, allowed=allowed())

@@ -86,6 +86,7 @@ class Simulation:
         t_end = w.duration_s if w.duration_s is not None else math.inf
         cap = w.max_concurrency if w.max_concurrency is not None else math.inf
         nxt = 0                       # next request to send
+        freed = 0                     # next request a closed loop's freed client has not yet sent
         in_flight = 0
         handoffs = []                 # (time, rid) KV landing on a decode instance
         kv_per_token = self.costs.kv_bytes_total_per_token()
@@ -129,8 +130,13 @@ class Simulation:
                     continue
                 in_flight -= 1
                 last = max(last, t)
-                if w.max_concurrency is not None and nxt < self.n and in_flight < cap and send[nxt] < t:
-                    send[nxt] = t          # the client sends its next request as this one completes
+                if w.max_concurrency is not None:
+                    # the client sends its next request as this one completes: each completion frees
+                    # one client, so requests finishing in the same step send distinct next requests
+                    freed = max(freed, nxt)
+                    if freed < self.n and send[freed] < t:
+                        send[freed] = t
+                        freed += 1
             self.events.clear()
         return t_end if math.isfinite(t_end) else last
 

@@ -8,7 +8,8 @@ from typing import NamedTuple
 import numpy as np
 
 from costmodel.engine.memory import Footprint
-from costmodel.engine.ops import Exec, PassShape
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import PassShape
 from costmodel.inputs.record import Record
 from costmodel.engine.roofline import Cost, overhead_cost
 from costmodel.engine.pass_cost import pass_cost

@@ -28,7 +28,8 @@ import dataclasses
 
 import numpy as np
 
-from costmodel.engine.ops import Exec, gemm
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import gemm
 from costmodel.inputs.fields import EAGLE3_DRAFT_VOCAB
 from costmodel.inputs.model import Model
 

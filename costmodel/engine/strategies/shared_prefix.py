@@ -19,7 +19,7 @@ import numpy as np
 from costmodel.engine import memory
 from costmodel.engine.ops import PassShape
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.ops import l2_hit_fraction
+from costmodel.engine.kv_reads import l2_hit_fraction
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, prefill_cost, with_step_overhead
 
 

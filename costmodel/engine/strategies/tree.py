@@ -27,13 +27,15 @@ import numpy as np
 from costmodel.engine import acceptance, memory
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
-from costmodel.engine.ops import Exec, Op, PassShape, gemm
+from costmodel.engine.execution import Exec
+from costmodel.engine.ops import Op, PassShape, gemm
 from costmodel.inputs.rules import medusa_heads
-from costmodel.engine.roofline import Cost
+from costmodel.engine.roofline import RECORD_OPS, Cost, DeferredWork
+from costmodel.fast.arrays import add
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
     validate_parents
-from costmodel.engine.ops import l2_hit_fraction
+from costmodel.engine.kv_reads import l2_hit_fraction
 from costmodel.engine.strategies.common import Ctx, Outcome, prefill_cost, with_step_overhead, spec_method
 from costmodel.engine.strategies.speculative import draft_memory, _draft_prefill, link_transfer, combine, named_passes, separate
 
@@ -252,6 +254,8 @@ def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
 
     passes = draft_pass_tokens(tr)
     if not isinstance(tr, TreeTable):
+        if kind in ("model", "self") and len(passes) > 1 and (np.ndim(B) or np.ndim(Ld)) and not RECORD_OPS.get():
+            return _stacked_levels_cost(one_pass, passes, max(np.ndim(B), np.ndim(Ld)), d_ex)
         dcost = Cost.zero()
         for d, n_d in enumerate(passes):          # d: the depth the pass drafts from
             dcost = dcost + pass_cost(one_pass(n_d, d, d == 0), d_ex)
@@ -282,6 +286,29 @@ def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
 
     return Cost(summed(cells["time_s"]), summed(cells["flops"]), summed(cells["hbm_bytes"]),
                 {b: summed(v) for b, v in by_bound.items()}, [])
+
+
+def _stacked_levels_cost(one_pass, passes, ndim: int, d_ex) -> Cost:
+    """The draft passes of one tree over a sweep's arrays (no operator rows kept) as one array
+    evaluation with a leading axis of passes (pass d's tokens n_d and depth d along it), then summed
+    pass by pass from +0.0 as the loop over the passes adds their Costs: each element the same
+    floating-point operations in the same order."""
+    shape = (len(passes),) + (1,) * ndim
+    flat = pass_cost(one_pass(np.asarray(passes, dtype=float).reshape(shape),
+                              np.arange(len(passes), dtype=float).reshape(shape), False), d_ex)
+    zero = Cost.zero().time_s
+
+    def summed(a):
+        a = np.asarray(a, dtype=float)
+        if a.ndim <= ndim:                 # constant along the passes: broadcast back
+            a = np.broadcast_to(a, shape[:1] + np.broadcast_shapes(a.shape, shape[1:]))
+        total = zero
+        for d in range(len(passes)):
+            total = add(total, a[d])
+        return total
+
+    return DeferredWork(summed(flat.time_s), lambda: {b: summed(v) for b, v in flat.by_bound.items()}, [],
+                        lambda: (summed(flat.flops), summed(flat.hbm_bytes)))
 
 
 def tree_step(ctx: Ctx, draft, tr):
