@@ -150,3 +150,63 @@ def test_serving_with_acceptance_by_position():
     r = costmodel.serve(rec, request_rate=0.05, num_requests=10, prompt_len=512, gen_len=128)
     assert r["requests_completed"] == 10
     assert r["tpot_s"]["p50"] == pytest.approx(e["time_per_output_token_s"], rel=0.05)
+
+
+def test_off_rows_report_the_autoregressive_decode_as_verification():
+    # at γ = 0 nothing is drafted and the one pass that runs is the AR decode pass
+    from costmodel.engine.evaluate import evaluate_passes
+    off = costmodel.evaluate(dict(SPEC, batch_size=100, gamma_schedule=SCHED))
+    ar = dict(SPEC, batch_size=100, strategy="autoregressive", draft_model=None, acceptance_rate=None)
+    assert off["verify_time_s"] == float(evaluate_passes(ar)["decode"].cost.time_s)
+    assert off["draft_time_per_step_s"] == 0.0
+
+
+def test_sweep_over_on_and_off_rows_keeps_each_rows_work():
+    # B = 16 (γ 4), 32 (γ 2), 100 (γ 0) in one array: every per-step figure of each row is that row's own
+    cols = ("step_latency_s", "flops_per_step", "hbm_bytes_per_step", "verify_time_s", "draft_time_per_step_s",
+            "tokens_per_step")
+    df = costmodel.sweep(dict(SPEC, batch_size=1, gamma_schedule=SCHED), batch_size=[16, 32, 100])
+    for _, row in df.iterrows():
+        e = costmodel.evaluate(dict(SPEC, batch_size=int(row["batch_size"]), gamma_schedule=SCHED))
+        for c in cols + tuple(k for k in e if k.startswith("time_") and k.endswith("_s")):
+            assert row[c] == pytest.approx(e[c], rel=1e-12), c
+
+
+def test_off_rows_hold_the_draft_at_the_smallest_positive_gamma():
+    # "1-8:1,9-16:3,17-:0" at B = 17: the memory of the speculative deployment at γ = 1 (the smallest
+    # positive γ, though γ = 1 is also the fill value when the schedule has none)
+    off = costmodel.evaluate(dict(SPEC, batch_size=17, gamma_schedule="1-8:1,9-16:3,17-:0"))
+    at1 = costmodel.evaluate(dict(SPEC, batch_size=17, gamma=1))
+    at3 = costmodel.evaluate(dict(SPEC, batch_size=17, gamma=3))
+    assert at1["peak_device_memory_bytes"] < at3["peak_device_memory_bytes"]
+    assert off["peak_device_memory_bytes"] == at1["peak_device_memory_bytes"]
+    # a schedule that never speculates holds the draft at γ = 1
+    never = costmodel.evaluate(dict(SPEC, batch_size=4, gamma_schedule="1-:0"))
+    assert never["peak_device_memory_bytes"] == costmodel.evaluate(dict(SPEC, batch_size=4, gamma=1))[
+        "peak_device_memory_bytes"]
+    assert never["tokens_per_step"] == 1.0
+    # a γ = 1 row speculates: its speedup is the γ = 1 deployment's, not the off rows' 1
+    on = costmodel.evaluate(dict(SPEC, batch_size=1, gamma_schedule="1-8:1,9-16:3,17-:0"))
+    assert on["speedup_vs_ar"] == costmodel.evaluate(dict(SPEC, batch_size=1, gamma=1))["speedup_vs_ar"] != 1.0
+
+
+def test_schedule_note_says_how_tau_is_read():
+    tau_only = dict(SPEC, batch_size=1, acceptance_rate=None, mean_accepted_tokens=1.9375, gamma_schedule=SCHED)
+    (note,) = [n for n in costmodel.evaluate(tau_only)["notes"] if n.startswith("gamma_schedule")]
+    assert note.endswith("; τ is read as the α that gives it at gamma=4")
+    # α given: nothing to read
+    (note,) = [n for n in costmodel.evaluate(dict(SPEC, batch_size=1, gamma_schedule=SCHED))["notes"]
+               if n.startswith("gamma_schedule")]
+    assert "τ is read" not in note
+
+
+def test_passes_of_an_off_row_are_the_deployments_prefills_and_the_ar_decode():
+    from costmodel.engine.evaluate import evaluate_passes
+    p = evaluate_passes(dict(SPEC, batch_size=100, gamma_schedule=SCHED))
+    ar = evaluate_passes(dict(SPEC, batch_size=100, strategy="autoregressive", draft_model=None, acceptance_rate=None))
+    spec = evaluate_passes(dict(SPEC, batch_size=100, gamma=2))
+    # no draft or verification pass ran; the target's and the draft model's prefills are the deployment's
+    assert set(p) == {"prefill", "draft_prefill", "decode", "ar_decode"}
+    assert float(p["decode"].cost.time_s) == float(ar["decode"].cost.time_s)
+    assert float(p["prefill"].cost.time_s) == float(spec["prefill"].cost.time_s)
+    assert float(p["draft_prefill"].cost.time_s) == float(spec["draft_prefill"].cost.time_s)

@@ -28,6 +28,9 @@ def test_method_of_a_record():
     assert spec_method("none") == "none"
     assert spec_method("self") == "self"
     assert spec_method("vicuna-68m") == "model"
+    # an EAGLE-3 head and DeepSeek's MTP module run through the runtimes' EAGLE path; suffix drafting
+    # has no draft pass: as none
+    assert [spec_method(k) for k in ("eagle3", "mtp", "suffix")] == ["eagle", "eagle", "none"]
 
 
 def _bare_runtime_file(tmp_path):

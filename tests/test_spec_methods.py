@@ -207,3 +207,67 @@ def test_recommend_shards_the_draft_and_names_it_when_it_binds():
     out = recommend(dict(model="llama-3-70b", hardware="h100-sxm", batch_size=32, prompt_len=512, n_devices=8,
                          draft_model="llama-3-8b", draft_tensor_parallel=1, gamma=4, acceptance_rate=0.8))
     assert "the draft binds" in out["reason"]
+
+
+def _unit_moe_windowed(tmp_path):
+    """tests/data/unit-model.yaml made 4 layers, MoE (4 experts, top-2, width 32, 1 shared) and windowed."""
+    import os
+    d = os.path.join(os.path.dirname(__file__), "data")
+    p = tmp_path / "unit-moe-windowed-target.yaml"
+    p.write_text(open(f"{d}/unit-model.yaml").read().replace("id: unit-model", "id: unit-moe-windowed-target")
+                 .replace("n_layers: 2", "n_layers: 4").replace("n_experts: 1", "n_experts: 4")
+                 .replace("experts_per_token: 1", "experts_per_token: 2")
+                 + "moe:\n  moe_d_ff: 32\n  n_shared_experts: 1\n"
+                 + "attention:\n  window: 64\n  global_layer_every: 2\n")
+    return str(p), d
+
+
+def test_eagle3_head_of_a_moe_windowed_target_is_one_dense_llama_layer(tmp_path):
+    from costmodel.engine.strategies.heads import eagle3_head
+    from costmodel.inputs.model import load_model
+    path, _ = _unit_moe_windowed(tmp_path)
+    h = eagle3_head(load_model(path))
+    assert (h.n_layers, h.n_moe_layers, h.n_dense_layers, h.n_window_layers, h.attention_window) == (1, 0, 1, 0, None)
+    # a token runs the one layer: attention 64·(64 + 2·32) + 64·64 = 12,288, dense FFN 3·64·128 = 24,576
+    # (the target's d_ff, not its experts), LM head over V_d = min(32000, 1000) = 1000: 64,000
+    assert h.active_params_per_token == 12_288 + 24_576 + 64_000 == 100_864
+    # an MLA target's head has plain attention
+    assert eagle3_head(load_model("deepseek-v3")).mla is None
+
+
+def test_eagle3_params_and_embedding_qkv_of_a_small_target_by_hand(tmp_path):
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.strategies.heads import eagle3_ops, head_exec
+    from costmodel.inputs.model import load_model
+    from costmodel.inputs.record import parse_record
+    path, d = _unit_moe_windowed(tmp_path)
+    # attention 12,288 + embedding half of q/k/v 64·128 = 8,192 + FFN 24,576 + fc 3·64² = 12,288
+    # + LM head V_d·64 + norms 4·64 = 256
+    assert eagle3_params(load_model(path)) == 12_288 + 8_192 + 24_576 + 12_288 + 1000 * 64 + 256 == 121_600
+    assert eagle3_params(load_model(path), 500) == 12_288 + 8_192 + 24_576 + 12_288 + 500 * 64 + 256 == 89_600
+    # on tp = 2 the embedding half of q/k/v is 64 × (64 + 2·32)/2 = 64 × 64 per rank: 2·4,096 FLOPs a token
+    ex = build_exec(parse_record(dict(model=f"{d}/unit-model.yaml", hardware=f"{d}/unit-hw.yaml",
+                                      runtime=f"{d}/unit-rt.yaml", batch_size=1, prompt_len=10, gen_len=10,
+                                      n_devices=2)))
+    (qkv,) = eagle3_ops(head_exec(ex, "eagle3"), 3.0, 0.0)
+    assert (qkv.name, qkv.count) == ("eagle3_embed_qkv", 1)
+    assert float(qkv.flops) == 3 * 2 * 4_096
+
+
+def test_eagle3_head_weights_on_two_ranks_replicate_the_fc_by_hand():
+    import os
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.strategies.heads import head_weights_bytes, head_weights_total_bytes
+    from costmodel.inputs.record import parse_record
+    d = os.path.join(os.path.dirname(__file__), "data")
+    ex = build_exec(parse_record(dict(model=f"{d}/unit-model.yaml", hardware=f"{d}/unit-hw.yaml",
+                                      runtime=f"{d}/unit-rt.yaml", batch_size=1, prompt_len=10, gen_len=10,
+                                      n_devices=2)))
+    # unit model's head: 121,600 parameters (as above), of them the fc 3·64² = 12,288, kept whole on each
+    # of the 2 ranks, the rest split: per rank (121,600 − 12,288)/2 + 12,288 = 66,944 · 2 B (fp16)
+    assert head_weights_bytes(ex, "eagle3") == 66_944 * 2 == 133_888
+    # over both ranks: 121,600 − 12,288 + 2 · 12,288 = 133,888 parameters · 2 B
+    assert head_weights_total_bytes(ex, "eagle3") == 133_888 * 2 == 267_776
+    # a draft vocabulary of 500: 89,600 parameters
+    assert head_weights_bytes(ex, "eagle3", 500) == ((89_600 - 12_288) / 2 + 12_288) * 2 == 101_888
+    assert head_weights_total_bytes(ex, "eagle3", 500) == (89_600 - 12_288 + 2 * 12_288) * 2 == 203_776

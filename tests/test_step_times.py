@@ -386,3 +386,62 @@ def test_autoregressive_decode_scores_over_the_mean_context(tmp_path):
     p.write_text(rt)
     r = evaluate(dict(BASE, runtime=str(p), batch_size=1, prompt_len=1, gen_len=1000))
     assert r["memory_attention_scores_bytes"] == 4 * 4 * 502
+
+
+# --------------------------------------------------------------------------- prefill (strategies.common)
+def test_prefill_waits_for_one_scheduler_invocation_and_each_sequence():
+    # host work 1 ms per scheduler invocation and 0.1 ms per sequence, 4 decode steps per invocation:
+    # a decode step waits 1/4 ms + 2 · 0.1 ms; the prefill is an invocation of its own: 1 ms + 2 · 0.1 ms
+    from costmodel.engine.strategies.autoregressive import ar_decode_pass, ar_step
+    from costmodel.engine.strategies.common import prefill_cost
+    ctx = _ar_ctx({"host_step_s": 1e-3, "host_per_seq_s": 1e-4, "scheduler": (("num_scheduler_steps", 4),)},
+                  batch_size=2, prompt_len=100, gen_len=20)
+    prefill = pass_s(UNIT, 200, 10_100, 200, lm=2)
+    assert float(prefill_cost(ctx).time_s) == pytest.approx(prefill + 1e-3 + 2e-4, rel=1e-12)
+    assert float(ar_step(ctx).time_s) == pytest.approx(float(ar_decode_pass(ctx).time_s) + 0.25e-3 + 2e-4, rel=1e-12)
+    # chunked (64 tokens: 4 passes of 50): the prefill still waits once
+    ctx = _ar_ctx({"host_step_s": 1e-3, "host_per_seq_s": 1e-4, "scheduler": (("num_scheduler_steps", 4),),
+                   "prefill_chunk_tokens": 64}, batch_size=2, prompt_len=100, gen_len=20)
+    assert float(prefill_cost(ctx).time_s) == pytest.approx(4 * pass_s(UNIT, 50, 2525, 50, lm=0.5) + 1e-3 + 2e-4,
+                                                             rel=1e-12)
+
+
+def test_prefill_one_prompt_at_a_time_by_hand():
+    # 2 prompts of 100 prefilled one by one: 2 passes of 100 tokens, 5050 pairs, 1 logit row each
+    from costmodel.engine.strategies.common import prefill_cost
+    ctx = _ar_ctx({"prefill_per_sequence": True}, batch_size=2, prompt_len=100, gen_len=20)
+    assert float(prefill_cost(ctx).time_s) == pytest.approx(2 * pass_s(UNIT, 100, 5050, 100, lm=1), rel=1e-12)
+    # and chunked at 64: each prompt as ceil(100/64) = 2 passes of 50 tokens (half the pairs, half a logit row)
+    ctx = _ar_ctx({"prefill_per_sequence": True, "prefill_chunk_tokens": 64}, batch_size=2, prompt_len=100, gen_len=20)
+    assert float(prefill_cost(ctx).time_s) == pytest.approx(2 * 2 * pass_s(UNIT, 50, 2525, 50, lm=0.5), rel=1e-12)
+
+
+def test_one_token_prompts_prefill_by_hand():
+    # P = 1: each of 2 prompts is 1 token attending to itself: 2 tokens, 2 pairs, 2 KV tokens, 2 logit rows
+    from costmodel.engine.strategies.common import prefill_cost
+    ctx = _ar_ctx(batch_size=2, prompt_len=1, gen_len=20)
+    assert float(prefill_cost(ctx).time_s) == pytest.approx(pass_s(UNIT, 2, 2, 2, lm=2), rel=1e-12)
+
+
+def _windowed_unit(tmp_path, window):
+    p = tmp_path / f"unit-window-{window}.yaml"
+    p.write_text(open(f"{D}/unit-model.yaml").read().replace("id: unit-model", f"id: unit-window-{window}")
+                 + f"attention:\n  window: {window}\n  global_layer_every: 2\n")
+    return str(p)
+
+
+def test_windowed_layer_reads_at_most_seqs_times_window_in_prefill(tmp_path):
+    # unit model with 1 global and 1 windowed layer (window 64); 2 prompts of 100 in one pass of 200
+    # tokens: the windowed layer reads min(200, 2 · 64) = 128 KV tokens, writes 200, q and o 200 · 2·64·2 B;
+    # 128 B of KV per token and layer
+    from costmodel.engine.evaluate import evaluate_passes
+    p = evaluate_passes(dict(BASE, model=_windowed_unit(tmp_path, 64), batch_size=2, prompt_len=100, gen_len=20))
+    (row,) = [r for r in p["prefill"].cost.ops if r[0] == "attention_window"]
+    assert float(row[2]) == 128 * 128 + 200 * 128 + 200 * 256 == 93_184
+    # chunks of 64 (window 16): 4 passes of 50 tokens, each reading min(50, 2 · 16) = 32 KV tokens
+    rt = open(f"{D}/unit-rt.yaml").read() + "prefill_chunk_tokens: {value: 64, source: test}\n"
+    (tmp_path / "chunked.yaml").write_text(rt)
+    p = evaluate_passes(dict(BASE, model=_windowed_unit(tmp_path, 16), runtime=str(tmp_path / "chunked.yaml"),
+                             batch_size=2, prompt_len=100, gen_len=20))
+    (row,) = [r for r in p["prefill"].cost.ops if r[0] == "attention_window"]
+    assert float(row[2]) == 4 * (32 * 128 + 50 * 128 + 50 * 256) == 93_184

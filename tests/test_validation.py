@@ -47,8 +47,9 @@ GUARD = {"median_abs_rel_error": 0.16, "p90_abs_rel_error": 0.455, "within_25pct
 # runtime); 18.8 / 47.6 / 63.1 on 287 with those rows reported but not fitted (GPU not named in the
 # source) and the audit fixes (one Llama-2-70B row past its context left out); 17.5 / 47.5 / 65.5 with
 # the trt-llm engine versions; 16.9 / 44.6 / 65.5 with fp8 MoE experts weight-only before TensorRT-LLM
-# 0.10. Guards within ~1 point of today's values (16.91 / 44.64 / 65.51).
-LOPO_GUARD = {"median_abs_rel_error": 0.175, "p90_abs_rel_error": 0.455, "within_25pct": 0.65}
+# 0.10; 16.7 / 44.6 / 65.5 with the MI300X vLLM latency rows on the fp16 KV cache their command line
+# implies. Guards within ~1 point of today's values (16.70 / 44.64 / 65.51).
+LOPO_GUARD = {"median_abs_rel_error": 0.172, "p90_abs_rel_error": 0.455, "within_25pct": 0.65}
 
 
 # fixtures `measurements`, `loso` (leave-one-table-out) and `lopo` (leave-one-publication-out):

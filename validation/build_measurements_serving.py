@@ -285,8 +285,11 @@ def trt_rows():
 
 # ---------------------------------------------------------------------------------------------------
 # ROCm vLLM dev-docker README: MI300X, vLLM v0.10.0 (ROCm 6.4.1), benchmark_latency.py (v0.8.5 scripts):
-# end-to-end latency of one batch of B prompts, input 128 or 2048, output 2048, TP8, FP8 (Quark
-# w_fp8_a_fp8 with FP8 KV: the 'FP8-KV' checkpoints).
+# end-to-end latency of one batch of B prompts, input 128 or 2048, output 2048, TP8, FP8 weights and
+# activations (Quark w_fp8_a_fp8, the 'FP8-KV' checkpoints). KV cache 16-bit: the README's latency
+# command passes '--dtype float16' and no '--kv-cache-dtype' (its throughput command passes
+# '--kv-cache-dtype fp8' and says 'For FP16 models, remove --kv-cache-dtype fp8'), so vLLM's
+# kv_cache_dtype 'auto' stores K/V in the model dtype, float16.
 SRC_ROCM = dict(
     source="ROCm/vllm docs/dev-docker/README.md 'vllm FP8 Latency and Throughput benchmarks with vLLM on the AMD "
            "Instinct MI300X accelerator' (rocm/vllm-dev:main, vLLM v0.10.0, ROCm 6.4.1)",
@@ -306,12 +309,21 @@ def rocm_rows():
     for (model, isl), lats in ROCM_LAT.items():
         for b, lat in zip([1, 2, 4, 8, 16, 32, 64, 128], lats):
             add(source_group="rocm-vllm-mi300x-latency", metric="e2e_latency_s", value=fmt(lat),
-                model=ROCM_MODEL[model], hardware="mi300x", n_devices=8, weight_dtype="fp8", kv_dtype="fp8", runtime="vllm",
+                model=ROCM_MODEL[model], hardware="mi300x", n_devices=8, weight_dtype="fp8", kv_dtype="fp16", runtime="vllm",
                 batch_size=b, prompt_len=isl, gen_len=2048, strategy="autoregressive",
                 source_locator=LOC_ROCM.format(model=model, b=b, isl=isl), reliability="table value",
                 notes=("vLLM benchmark_latency.py (one batch, prefill + 2048 decode steps, mean of 5 iterations); "
                        "8x MI300X 192GB 750W (Supermicro AS-8125GS-TNMR2), TP8 over Infinity Fabric; "
-                       f"amd/{model.replace(' ', '-')}-Instruct-FP8-KV (FP8 weights/activations, FP8 KV cache); "
+                       f"amd/{model.replace(' ', '-')}-Instruct-FP8-KV (FP8 weights/activations); KV cache fp16: "
+                       "the latency command ('--dtype float16', no '--kv-cache-dtype') leaves vLLM's kv_cache_dtype "
+                       "at 'auto' = the model dtype, while the throughput command adds '--kv-cache-dtype fp8' "
+                       "('For FP16 models, remove --kv-cache-dtype fp8'); prefill: 'Benchmarks were run with "
+                       "benchmark scripts from v0.8.5', whose benchmark_latency.py sends the same dummy prompts in "
+                       "the warm-up and every timed iteration, and V1 enables prefix caching by default (vLLM PR "
+                       "18639 disabled it in the benchmarks later): the timed prefills are mostly prefix-cache hits, "
+                       "which the model does not represent (it prices the full prefill); the 405B batch-128 rows "
+                       "differ by 8.4 s between inputs 2048 and 128, less than the 9.5 s that 128 x 1920 more "
+                       "prompt tokens take at the full fp8 peak; "
                        "the README's throughput table is left out: its 'Throughput (tokens/s)' does not say whether "
                        "input tokens are counted"),
                 **SRC_ROCM)

@@ -52,13 +52,14 @@ def _diagnose_layout(row: dict, m: Measurement) -> str | None:
                 "in the grouped expert GEMM (plausibly an Ampere-style kernel without wgmma; neither the 0.9 "
                 "kernel nor its rate is sourced yet)")
     if rec.hardware == "mi300x" and e is not None and e > 0.25 and rec.batch_size <= 16:
-        return ("tensor-parallel all-reduce over Infinity Fabric: 2 per layer x 80 layers priced at ~48 us each "
-                "(8 us link latency in the ring/tree formulas) = 7.7 ms of an 11.5 ms step, while the measured "
-                "step at batch 1 is ~8.4 ms in all: vLLM's custom all-reduce on ROCm is a one-shot kernel")
+        return ("tensor-parallel all-reduce over Infinity Fabric: 160 priced as NCCL's tree at ~48 us = 7.7 ms of an "
+                "11.4 ms step (measured ~8.4 ms in all); vLLM runs its one-shot custom all-reduce (~8 us, "
+                "allreduce_algorithm=custom), not selected by the vllm profile yet: see docs/parallelism.md")
     if rec.hardware == "mi300x" and e is not None and e < -0.2:
         return ("from batch 64 the measured step grows faster than weights + KV + FP8 GEMMs at the MI300X's "
                 "sourced 0.45 matrix fraction predict (22.7 ms per step at batch 128 for 70B TP8): ROCm vLLM's "
-                "attention and GEMMs at this batch are below the sourced fractions; no microbenchmark to source it")
+                "attention and GEMMs at this batch are below the sourced fractions (no microbenchmark); the "
+                "prompts are prefix-cache hits in these runs, priced as full prefills")
     if g == "eagle-readme":
         return ("the AR baseline is far below the bandwidth roofline (gpt-fast reaches about twice this on an "
                 "A100 with the same code base): GPU variant or settings not comparable; a data problem more "

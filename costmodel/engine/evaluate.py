@@ -74,7 +74,12 @@ def build_exec(rec: Record) -> Exec:
         raise InputError(f"pipeline_parallel {pp} does not divide the model's {model.n_layers} layers",
                          field="pipeline_parallel", value=pp)
     return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
-                allreduce_algorithm=rec.allreduce_algorithm, ep=ep, dp=dp)
+                allreduce_algorithm=allreduce_for(rec, rt), ep=ep, dp=dp)
+
+
+def allreduce_for(rec: Record, rt) -> str:
+    """The record's all-reduce algorithm; ``auto`` is the runtime's own (``Runtime.tp_allreduce``)."""
+    return rt.tp_allreduce if rec.allreduce_algorithm == "auto" else rec.allreduce_algorithm
 
 
 def hardware_signature(rec: Record, hw) -> tuple:
@@ -117,7 +122,7 @@ def build_draft(rec: Record, ex: Exec):
                          "with the target", field="draft_tensor_parallel", value=dtp,
                          allowed=f"1..n_devices = 1..{fewest}, or draft_placement=separate_device")
     return Exec(model=model, hw=ex.hw, rt=ex.rt, weight_dtype=ex.weight_dtype, kv_dtype=ex.kv_dtype, tp=dtp, pp=1,
-                allreduce_algorithm=rec.allreduce_algorithm if dtp > 1 else "auto")
+                allreduce_algorithm=allreduce_for(rec, ex.rt) if dtp > 1 else "auto")
 
 
 #: the record fields that decide build_exec / build_draft (all but the numeric axes)

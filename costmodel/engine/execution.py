@@ -34,7 +34,7 @@ class Exec:
     kv_dtype: str = "fp16"
     tp: int = 1
     pp: int = 1
-    allreduce_algorithm: str = "auto"     # 'auto' (default: the faster per message), 'ring' or 'tree' (parallel.allreduce_time_s)
+    allreduce_algorithm: str = "auto"     # 'auto' (NCCL: the faster per message), 'ring', 'tree' or 'custom' (parallel.allreduce_time_s)
     ep: int = 1                   # expert-parallel degree: routed experts split over ep devices of a stage
     dp: int = 1                   # attention data-parallel groups of tp devices per stage (ep = tp·dp when > 1)
 

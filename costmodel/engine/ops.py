@@ -9,7 +9,8 @@ for the group. Formulas (per layer unless stated):
               embedding in their own formats: Exec.w_bytes_for, lm_head_w_bytes, embedding_w_bytes);
               weight-only int8/int4 (and fp8 on GPUs without fp8 units): + params · dequant_flops_per_weight vector FLOPs (unpack, convert, scale;
               once per weight read, independent of tokens), which add to the operator's compute term
-* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts; a
+* MoE FFN:    FLOPs use the k active experts; bytes use E·(1 − (1 − k/E)^tokens) distinct experts; its
+              SiLU(gate)·up is (k + shared)·expert_d_ff wide per token (split over tp, or over ep); a
               runtime without fp8 MoE GEMMs (Runtime.fp8_moe_experts) runs an fp8 engine's experts
               weight-only: 1-byte weights dequantised to fp16, FLOPs at the fp16 rate (Exec.experts_weight_only)
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
@@ -221,17 +222,20 @@ def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
         if m.n_shared_experts:
             ops.append(gemm("shared_experts", m.n_shared_experts * per_expert, t, d, d, ex, count=L, expert=True))
         ops.append(gemm("router", d * e, t, d, e, ex, count=L))
+    # SiLU(gate)·up: each token runs its k routed experts and the shared ones, each with its own
+    # expert_d_ff-wide activation; split over tp (ep ≤ 1, the device's t tokens) or over ep (the stage's
+    # t_stage tokens; shared experts on t = t_stage/dp tokens over tp give the same width as ep = dp·tp)
+    moe_t, moe_split = (t, tp) if ex.ep <= 1 else (t_stage, ex.ep)
+    moe_ff = (m.experts_per_token + m.n_shared_experts) * m.expert_d_ff / moe_split if m.n_moe_layers else 0.0
     if m.n_moe_layers and m.n_dense_layers:
         ops.append(AffineOp("ffn_activation", "vector", m.n_dense_layers, t, f1=4.0 * m.d_ff / tp, h0=0.0,
                             h1=3.0 * (m.d_ff / tp) * act))
-        moe_t, moe_split = (t, tp) if ex.ep <= 1 else (t_stage, ex.ep)
-        ops.append(AffineOp("moe_activation", "vector", m.n_moe_layers, moe_t, f1=4.0 * m.expert_d_ff / moe_split,
-                            h0=0.0, h1=3.0 * (m.expert_d_ff / moe_split) * act))
-    elif m.n_moe_layers and ex.ep > 1:
-        ff = m.expert_d_ff / ex.ep
-        ops.append(AffineOp("ffn_activation", "vector", m.n_layers, t_stage, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
+        ops.append(AffineOp("moe_activation", "vector", m.n_moe_layers, moe_t, f1=4.0 * moe_ff,
+                            h0=0.0, h1=3.0 * moe_ff * act))
+    elif m.n_moe_layers:
+        ops.append(AffineOp("ffn_activation", "vector", m.n_layers, moe_t, f1=4.0 * moe_ff, h0=0.0, h1=3.0 * moe_ff * act))
     else:
-        ff = (m.d_ff if m.n_dense_layers else m.expert_d_ff) / tp
+        ff = m.d_ff / tp
         ops.append(AffineOp("ffn_activation", "vector", m.n_layers, t, f1=4.0 * ff, h0=0.0, h1=3.0 * ff * act))
     return ops
 

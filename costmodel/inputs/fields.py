@@ -46,7 +46,7 @@ DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"
 #: KV-cache formats (no 4-bit block formats for the KV cache)
 KV_DTYPE_CHOICES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
 TREE_SHAPES = ("full", "optimal", "optimal_for_hardware", "explicit", "chain")
-ALLREDUCE = ("auto", "ring", "tree")
+ALLREDUCE = ("auto", "ring", "tree", "custom")
 
 #: most ranked children a rank_acceptance list may give
 MAX_RANKS = 64
@@ -231,7 +231,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     _f("power_mode", "text", None, "", "a power mode id of the hardware YAML (Jetson)",
        default_text="the device's default", allowed_text="a power mode id of the device"),
     _f("allreduce_algorithm", "choice", "auto", "",
-       "tensor-parallel all-reduce; auto: the faster of ring and tree per message, as NCCL chooses",
+       "tensor-parallel all-reduce; auto: the runtime's own (its tp_allreduce: NCCL's faster of ring and "
+       "tree per message, or vLLM's custom peer-to-peer kernel); custom: that kernel where it applies",
        choices=ALLREDUCE),
 )
 

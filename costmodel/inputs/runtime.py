@@ -45,6 +45,10 @@ class Runtime:
     #: False: the 1-byte expert weights are dequantised to fp16 inside the grouped GEMM (weight-only,
     #: fp16 matrix rate) while the other matrices run fp8 (Exec.experts_weight_only)
     fp8_moe_experts: bool = True
+    #: the tensor-parallel all-reduce a record's ``allreduce_algorithm=auto`` gets (``TP_ALLREDUCE``):
+    #: ``auto`` NCCL's tuner (the faster of ring and tree per message); ``custom`` the runtime's own
+    #: peer-to-peer kernel where it applies (vLLM's custom all-reduce, engine.parallel.custom_allreduce_s)
+    tp_allreduce: str = "auto"
     #: vector FLOPs per weight its weight-only int4 / int8 GEMM kernels spend dequantising (ops.gemm)
     dequant_flops_per_weight_int4: float = 0.0
     dequant_flops_per_weight_int8: float = 0.0
@@ -127,8 +131,9 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
-            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts")
+            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "tp_allreduce")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
+TP_ALLREDUCE = ("auto", "custom")
 KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL + ("default_version", "versions")
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
@@ -169,6 +174,7 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
         _optional(f, f"lm_head_bytes_per_weight_{dt}", vals, sources,
                   lambda s: s.num("value", min_value=0.125, max_value=4))
     _optional(f, "gqa_attention", vals, sources, _gqa_attention)
+    _optional(f, "tp_allreduce", vals, sources, _tp_allreduce)
     for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts"):
         _optional(f, k, vals, sources, lambda s: s.flag("value"))
     _optional(f, "prefill_chunk_tokens", vals, sources,
@@ -194,6 +200,15 @@ def _gqa_attention(s: Fields) -> str:
     if v not in GQA_ATTENTION:
         raise InputError(f"unknown GQA attention kernel {v!r}", source=s.source, field=f"{s.prefix}.value",
                          allowed=", ".join(GQA_ATTENTION))
+    return v
+
+
+def _tp_allreduce(s: Fields) -> str:
+    """``value``: one of ``TP_ALLREDUCE``."""
+    v = s.data.get("value")
+    if v not in TP_ALLREDUCE:
+        raise InputError(f"unknown tensor-parallel all-reduce {v!r}", source=s.source, field=f"{s.prefix}.value",
+                         allowed=", ".join(TP_ALLREDUCE))
     return v
 
 
