@@ -107,8 +107,10 @@ def lookahead_probability(ctx: Ctx):
     if ctx.rec.strategy != "speculative":
         return np.asarray(0.0)
     pos = ctx.rec.acceptance_by_position
-    if pos is not None and ctx.tau is None:       # Π_{i≤γ} α_i per sequence
-        return acceptance.position_survival(pos, ctx.gamma)[-1] ** ctx.B
+    if pos is not None and ctx.tau is None:       # Π_{i≤γ} α_i per sequence: row j = γ of the survival
+        surv = acceptance.position_survival(pos, ctx.gamma)
+        j = np.arange(surv.shape[0]).reshape((-1,) + (1,) * (surv.ndim - 1))
+        return np.sum(np.where(j == ctx.gamma, surv, 0.0), axis=0) ** ctx.B
     a = ctx.alpha if ctx.alpha is not None else acceptance.alpha_from_tau(ctx.tau, ctx.gamma)
     return np.asarray(a, dtype=float) ** (ctx.gamma * ctx.B)
 
