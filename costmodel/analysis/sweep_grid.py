@@ -5,6 +5,8 @@ message is :func:`costmodel.inputs.record.parse_record`'s). Used by :mod:`costmo
 
 from __future__ import annotations
 
+import contextvars
+import copy
 import itertools
 import math
 import os
@@ -244,6 +246,21 @@ def plan_axes(base: dict, axes: dict, strict: bool = True, in_memory: bool = Tru
 
 
 def _label(pairs) -> str:
+    pairs = tuple(pairs)
+    if all(type(v) is str or type(v) is int for _k, v in pairs):      # kept: text and ints label alike
+        hit = _LABELS.get(pairs)
+        if hit is None:
+            if len(_LABELS) >= 4096:
+                _LABELS.clear()
+            hit = _LABELS[pairs] = _label_now(pairs)
+        return hit
+    return _label_now(pairs)
+
+
+_LABELS: dict = {}
+
+
+def _label_now(pairs) -> str:
     return f"{_SOURCE} ({', '.join(f'{k}={_show(v)}' for k, v in pairs)})" if pairs else _SOURCE
 
 
@@ -264,13 +281,17 @@ def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Bloc
     hw = next((a for a in group if a.name == "hardware" and len(a.raw) > 1
                and all(isinstance(v, str) for v in a.raw)), None)
     nd = next((a for a in group if a.name == "n_devices" and len(a.raw) > 1), None)
-    if hw is not None or nd is not None:
-        try:
-            return _blocks(base, axes, strict, hw, nd)
-        except InputError:
-            if not strict:
-                raise
-    return _blocks(base, axes, strict, None, None)     # raises at the first refused group
+    token = _PARSED.set({})
+    try:
+        if hw is not None or nd is not None:
+            try:
+                return _blocks(base, axes, strict, hw, nd)
+            except InputError:
+                if not strict:
+                    raise
+        return _blocks(base, axes, strict, None, None)     # raises at the first refused group
+    finally:
+        _PARSED.reset(token)
 
 
 def _blocks(base: dict, axes: list[Axis], strict: bool, hw, nd) -> list[Block]:
@@ -381,9 +402,36 @@ def _parse_or_none(d: dict, pairs):
         return None
 
 
+#: one plan's parsed records and refusals (:func:`group_blocks`): the plan asks for the same record
+#: several times (a device count's run, then its block; a refused group's device count, then its
+#: devices); parse_record is pure, so the answer is looked up, the refusal re-raised as a copy
+_PARSED: contextvars.ContextVar = contextvars.ContextVar("sweep_parsed", default=None)
+
+
 def _parse(d: dict, pairs, execs: bool = False) -> Record:
     """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
-    not split over the devices is refused here, before anything is evaluated)."""
+    not split over the devices is refused here, before anything is evaluated). Within one plan
+    each distinct (mapping, label, ``execs``) is parsed once."""
+    memo = _PARSED.get()
+    if memo is None:
+        return _parse_now(d, pairs, execs)
+    try:
+        key = (tuple(d.items()), tuple(pairs), execs)
+        hit = memo.get(key)
+    except TypeError:                     # an unhashable value (a list): parsed every time
+        return _parse_now(d, pairs, execs)
+    if hit is None:
+        try:
+            hit = memo[key] = _parse_now(d, pairs, execs)
+        except InputError as exc:
+            memo[key] = exc
+            raise
+    if isinstance(hit, InputError):
+        raise copy.copy(hit)
+    return hit
+
+
+def _parse_now(d: dict, pairs, execs: bool) -> Record:
     try:
         rec = parse_record(d, source=_label(pairs))
     except InputError:

@@ -15,6 +15,7 @@ generation). Derived outputs:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -132,7 +133,9 @@ _EXEC_CACHE: dict = {}
 
 def _execs(rec: Record):
     """(build_exec(rec), build_draft(rec, ·)), cached on the fields that decide them: Exec is
-    immutable and the spec loaders already cache by path, so this only skips the id resolution."""
+    immutable and the spec loaders already cache by path, so this only skips the id resolution.
+    Their InputError is cached alike and raised again as a copy (a sweep marks a refused group's
+    rows device by device, each device asking again)."""
     key = tuple(getattr(rec, f) for f in _EXEC_FIELDS)
     try:
         hit = _EXEC_CACHE.get(key)
@@ -140,12 +143,32 @@ def _execs(rec: Record):
         ex = build_exec(rec)
         return ex, build_draft(rec, ex)
     if hit is None:
-        ex = build_exec(rec)
-        hit = (ex, build_draft(rec, ex))
+        try:
+            ex = build_exec(rec)
+            hit = (ex, build_draft(rec, ex))
+        except InputError as exc:
+            if not _specs_load(rec):        # a spec file may be fixed and asked for again: not kept
+                raise
+            hit = exc                       # a refusal of specs that load is as fixed as an Exec
         if len(_EXEC_CACHE) >= 1024:
             _EXEC_CACHE.clear()
         _EXEC_CACHE[key] = hit
+    if isinstance(hit, InputError):
+        raise copy.copy(hit)
     return hit
+
+
+def _specs_load(rec: Record) -> bool:
+    """Whether the record's model, device, runtime and named draft all load (the loaders' caches)."""
+    try:
+        load_model(rec.model)
+        load_hardware(rec.hardware, rec.power_mode)
+        load_runtime(rec.runtime)
+        if rec.draft_model not in WEIGHTLESS_DRAFTS and rec.draft_model not in ("none", "self", "mtp"):
+            load_model(rec.draft_model, field="draft_model")
+    except Exception:          # noqa: BLE001 - any failure to load: the refusal is not cached
+        return False
+    return True
 
 
 def check_context(rec: Record, model, arrays: dict | None = None) -> None:

@@ -106,9 +106,27 @@ def _as_float(name, v, src):
     return v
 
 
+#: (field, text) -> its converted value: a field's conversion depends on the text alone (the
+#: source only names where an error is), so text seen before is looked up (a sweep parses the same
+#: ids and choices for hundreds of records)
+_FROM_TEXT: dict = {}
+
+
 def convert(name: str, v, src: str = "record"):
     """One field's value from text or a number, checked against its type, choices and range
     (:mod:`costmodel.inputs.fields`); InputError otherwise. ``v`` must not be empty (see ``_empty``)."""
+    if type(v) is str:
+        hit = _FROM_TEXT.get((name, v))
+        if hit is None:
+            hit = _convert(name, v, src)
+            if len(_FROM_TEXT) >= 4096:
+                _FROM_TEXT.clear()
+            _FROM_TEXT[(name, v)] = hit
+        return hit
+    return _convert(name, v, src)
+
+
+def _convert(name: str, v, src: str):
     kind = BY_NAME[name].kind
     if kind == "int":
         return _as_int(name, v, src)
