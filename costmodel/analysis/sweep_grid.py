@@ -438,12 +438,23 @@ def _parse_now(d: dict, pairs, execs: bool) -> Record:
         raise
     except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
         raise InputError(str(exc), source=_label(pairs)) from None
-    if execs:
-        from costmodel.engine.evaluate import _execs
-        try:
-            _execs(rec)
-        except InputError as exc:
-            raise InputError(str(exc), source=_label(pairs)) from None
+    return _with_execs(rec, pairs) if execs else rec
+
+
+def parse_other_device(rec: Record, hardware: str, pairs) -> Record:
+    """``_parse(..., execs=True)`` of the mapping that parsed into ``rec`` with another ``hardware``
+    id (:func:`costmodel.inputs.record.parse_changed`: the same record or error, one field parsed)."""
+    from costmodel.inputs.record import parse_changed
+    return _with_execs(parse_changed(rec, "hardware", hardware, _label(pairs)), pairs)
+
+
+def _with_execs(rec: Record, pairs) -> Record:
+    """``rec`` once the model's and draft's execution build (InputError naming the group otherwise)."""
+    from costmodel.engine.evaluate import _execs
+    try:
+        _execs(rec)
+    except InputError as exc:
+        raise InputError(str(exc), source=_label(pairs)) from None
     return rec
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value
+from costmodel.analysis.sweep_grid import (TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value,
+                                          parse_other_device)
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
 
@@ -133,10 +134,18 @@ def _first_valid_row(base: dict, numeric: list, first: dict, index: dict, n_hw: 
         return None
     rec = _any_row(base, gvals(0), numeric)
     if rec is None:                   # no row parses: refused for every device alike
+        try:                          # its first row's record (refused when its Exec is built)
+            rec0 = _parse({**base, **gvals(0), **first}, list(gvals(0).items()))
+        except InputError:
+            rec0 = None
         blocks = []
         for j in range(n_hw):
+            g = gvals(j)
             try:
-                _parse({**base, **gvals(j), **first}, list(gvals(j).items()), execs=True)
+                if rec0 is None or j == 0 or not isinstance(g["hardware"], str) or not g["hardware"].strip():
+                    _parse({**base, **g, **first}, list(g.items()), execs=True)
+                else:                 # the same mapping with another device: one field parsed
+                    parse_other_device(rec0, g["hardware"], list(g.items()))
                 return None
             except InputError as exc:
                 blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),

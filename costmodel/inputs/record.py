@@ -249,3 +249,13 @@ def parse_record(data, source: str = "record", allow_meta: bool = False) -> Reco
     rec = Record(**kw)
     rules.check(rec, source)
     return rec
+
+
+def parse_changed(rec: Record, name: str, value, source: str = "record") -> Record:
+    """``parse_record`` of the mapping that parsed into ``rec`` with field ``name`` set to ``value``
+    (not empty): every other field's conversion is pure and passed before, so only ``value`` is
+    converted and the rules that tie fields together are checked again; the same record, or the same
+    InputError, as parsing the whole mapping."""
+    new = dataclasses.replace(rec, **{name: convert(name, value, source)})
+    rules.check(new, source)
+    return new
