@@ -441,11 +441,32 @@ def _parse_now(d: dict, pairs, execs: bool) -> Record:
     return _with_execs(rec, pairs) if execs else rec
 
 
-def parse_other_device(rec: Record, hardware: str, pairs) -> Record:
-    """``_parse(..., execs=True)`` of the mapping that parsed into ``rec`` with another ``hardware``
-    id (:func:`costmodel.inputs.record.parse_changed`: the same record or error, one field parsed)."""
-    from costmodel.inputs.record import parse_changed
-    return _with_execs(parse_changed(rec, "hardware", hardware, _label(pairs)), pairs)
+def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = False) -> Record:
+    """``_parse(d, pairs, execs)`` where ``d`` is the mapping that parsed into ``rec`` with field
+    ``name`` changed (:func:`costmodel.inputs.record.parse_changed`: the same record or error, one
+    field parsed), kept in the plan's lookup like any parse."""
+    v = d[name]
+    if isinstance(v, str) and not v.strip() or v is None:
+        return _parse(d, pairs, execs)
+    memo = _PARSED.get()
+    try:
+        key = (tuple(d.items()), tuple(pairs), execs)
+        hit = None if memo is None else memo.get(key)
+    except TypeError:
+        memo = hit = None
+    if hit is None:
+        from costmodel.inputs.record import parse_changed
+        try:
+            hit = parse_changed(rec, name, v, _label(pairs))
+            if execs:
+                hit = _with_execs(hit, pairs)
+        except InputError as exc:
+            hit = exc
+        if memo is not None:
+            memo[key] = hit
+    if isinstance(hit, InputError):
+        raise copy.copy(hit)
+    return hit
 
 
 def _with_execs(rec: Record, pairs) -> Record:

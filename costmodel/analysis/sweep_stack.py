@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 
 from costmodel.analysis.sweep_grid import (TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value,
-                                          parse_other_device)
+                                          parse_one_changed)
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
 
@@ -26,10 +26,14 @@ def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict:
     group = [a for a in axes if not a.numeric]
     first = {a.name: a.values[0] for a in axes if a.numeric}
     recs = []
+    rec0 = None                       # the first count's record, the others parsed from it (one field)
     for j in range(len(nd.raw)):
         g = {a.name: a.raw[0 if a is hw else j if a is nd else index[a.name]] for a in group}
+        d, pairs = {**base, **g, **first}, list(g.items())
         try:
-            r = _parse({**base, **g, **first}, list(g.items()), execs=True)
+            if rec0 is None:
+                rec0 = _parse(d, pairs)
+            r = parse_one_changed(rec0, "n_devices", d, pairs, execs=True)
         except InputError:
             r = None
         ok = r is not None and r.tensor_parallel is None and r.pipeline_parallel == 1 and \
@@ -89,8 +93,8 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
         return None
     # the run's other device counts (they parse: device_runs)
-    ns = [rec.n_devices] + [_parse({**base, **gvals(0, c), **first}, list(gvals(0, c).items())).n_devices
-                            for c in counts[1:]]
+    ns = [rec.n_devices] + [parse_one_changed(rec, "n_devices", {**base, **gvals(0, c), **first},
+                                              list(gvals(0, c).items())).n_devices for c in counts[1:]]
     loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
     vec = [a.name for a in axes if a is hw or a is nd or (a.numeric and a not in loop)]
     blocks = []
@@ -142,10 +146,10 @@ def _first_valid_row(base: dict, numeric: list, first: dict, index: dict, n_hw: 
         for j in range(n_hw):
             g = gvals(j)
             try:
-                if rec0 is None or j == 0 or not isinstance(g["hardware"], str) or not g["hardware"].strip():
+                if rec0 is None or j == 0:
                     _parse({**base, **g, **first}, list(g.items()), execs=True)
                 else:                 # the same mapping with another device: one field parsed
-                    parse_other_device(rec0, g["hardware"], list(g.items()))
+                    parse_one_changed(rec0, "hardware", {**base, **g, **first}, list(g.items()), execs=True)
                 return None
             except InputError as exc:
                 blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),
