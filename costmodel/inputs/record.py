@@ -256,6 +256,9 @@ def parse_changed(rec: Record, name: str, value, source: str = "record") -> Reco
     (not empty): every other field's conversion is pure and passed before, so only ``value`` is
     converted and the rules that tie fields together are checked again; the same record, or the same
     InputError, as parsing the whole mapping."""
-    new = dataclasses.replace(rec, **{name: convert(name, value, source)})
+    v = convert(name, value, source)
+    new = object.__new__(Record)            # rec's fields with one replaced (what Record(**kw) holds)
+    new.__dict__.update(rec.__dict__)
+    object.__setattr__(new, name, v)
     rules.check(new, source)
     return new
