@@ -129,6 +129,9 @@ def build_draft(rec: Record, ex: Exec):
 #: the record fields that decide build_exec / build_draft (all but the numeric axes)
 _EXEC_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name not in NUMERIC_AXES)
 _EXEC_CACHE: dict = {}
+#: (the last record asked about, its Execs): a stacked record (devices or dtypes as arrays) is not
+#: hashable, and an evaluation asks about its record a few dozen times
+_EXEC_LAST: list = [(None, None)]
 
 
 def _execs(rec: Record):
@@ -136,12 +139,17 @@ def _execs(rec: Record):
     immutable and the spec loaders already cache by path, so this only skips the id resolution.
     Their InputError is cached alike and raised again as a copy (a sweep marks a refused group's
     rows device by device, each device asking again)."""
+    last = _EXEC_LAST[0]
+    if last[0] is rec:                   # the record the evaluation in progress asked about (frozen)
+        return last[1]
     key = tuple(getattr(rec, f) for f in _EXEC_FIELDS)
     try:
         hit = _EXEC_CACHE.get(key)
-    except TypeError:                    # a field holds an unhashable object (e.g. a Hardware)
+    except TypeError:                    # a field holds an unhashable object (e.g. a HardwareStack)
         ex = build_exec(rec)
-        return ex, build_draft(rec, ex)
+        hit = (ex, build_draft(rec, ex))
+        _EXEC_LAST[0] = (rec, hit)
+        return hit
     if hit is None:
         try:
             ex = build_exec(rec)
@@ -155,6 +163,7 @@ def _execs(rec: Record):
         _EXEC_CACHE[key] = hit
     if isinstance(hit, InputError):
         raise copy.copy(hit)
+    _EXEC_LAST[0] = (rec, hit)
     return hit
 
 
