@@ -6,7 +6,6 @@ message is :func:`costmodel.inputs.record.parse_record`'s). Used by :mod:`costmo
 from __future__ import annotations
 
 import contextvars
-import copy
 import itertools
 import math
 import os
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.errors import InputError
+from costmodel.errors import InputError, again, kept
 from costmodel.engine.evaluate import NUMERIC_AXES
 from costmodel.inputs import rules
 from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
@@ -424,10 +423,10 @@ def _parse(d: dict, pairs, execs: bool = False) -> Record:
         try:
             hit = memo[key] = _parse_now(d, pairs, execs)
         except InputError as exc:
-            memo[key] = exc
-            raise
+            memo[key] = kept(exc)
+            raise again(exc) from None
     if isinstance(hit, InputError):
-        raise copy.copy(hit)
+        raise again(hit)
     return hit
 
 
@@ -461,11 +460,11 @@ def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = Fals
             if execs:
                 hit = _with_execs(hit, pairs)
         except InputError as exc:
-            hit = exc
+            hit = kept(exc)
         if memo is not None:
             memo[key] = hit
     if isinstance(hit, InputError):
-        raise copy.copy(hit)
+        raise again(hit)
     return hit
 
 

@@ -15,13 +15,12 @@ generation). Derived outputs:
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import numpy as np
 
 from costmodel.inputs import dtypes
-from costmodel.errors import InputError
+from costmodel.errors import InputError, again, kept
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine import memory
@@ -157,12 +156,12 @@ def _execs(rec: Record):
         except InputError as exc:
             if not _specs_load(rec):        # a spec file may be fixed and asked for again: not kept
                 raise
-            hit = exc                       # a refusal of specs that load is as fixed as an Exec
+            hit = kept(exc)                 # a refusal of specs that load is as fixed as an Exec
         if len(_EXEC_CACHE) >= 1024:
             _EXEC_CACHE.clear()
         _EXEC_CACHE[key] = hit
     if isinstance(hit, InputError):
-        raise copy.copy(hit)
+        raise again(hit)
     _EXEC_LAST[0] = (rec, hit)
     return hit
 
