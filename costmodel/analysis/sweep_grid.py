@@ -5,7 +5,6 @@ message is :func:`costmodel.inputs.record.parse_record`'s). Used by :mod:`costmo
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import math
 import os
@@ -13,12 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.errors import InputError, again, kept
+from costmodel.errors import InputError
 from costmodel.engine.evaluate import NUMERIC_AXES
 from costmodel.inputs import rules
 from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
 from costmodel.inputs.model import load_model
 from costmodel.inputs.record import Record, _empty, convert, parse_record
+from costmodel.analysis.sweep_parse import _PARSED, _SOURCE, _any_row, _label, _parse
 
 #: most values one axis may have (a range is counted before its values are built)
 MAX_AXIS_VALUES = 1_000_000
@@ -30,7 +30,6 @@ BYTES_PER_ROW = 1024
 LIST_FIELDS = ("rank_acceptance", "tree_parents")
 #: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
 TREE_LOOP = ("acceptance_rate", "mean_accepted_tokens")
-_SOURCE = "sweep"
 
 # ----------------------------------------------------------------------------------------- axes
 
@@ -244,31 +243,6 @@ def plan_axes(base: dict, axes: dict, strict: bool = True, in_memory: bool = Tru
     return out
 
 
-def _label(pairs) -> str:
-    pairs = tuple(pairs)
-    if all(type(v) is str or type(v) is int for _k, v in pairs):      # kept: text and ints label alike
-        hit = _LABELS.get(pairs)
-        if hit is None:
-            if len(_LABELS) >= 4096:
-                _LABELS.clear()
-            hit = _LABELS[pairs] = _label_now(pairs)
-        return hit
-    return _label_now(pairs)
-
-
-_LABELS: dict = {}
-
-
-def _label_now(pairs) -> str:
-    return f"{_SOURCE} ({', '.join(f'{k}={_show(v)}' for k, v in pairs)})" if pairs else _SOURCE
-
-
-def _show(v):
-    if isinstance(v, (list, tuple)):
-        return ",".join(str(x) for x in v)
-    return v
-
-
 def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Block]:
     """Parse one record per group (and per looped value), recording canonical axis values. A group
     whose record is refused (or whose model does not split over its devices) raises, or with
@@ -377,105 +351,6 @@ def runs(where: tuple):
             out.append((where[:i] + (slice(idx[start], idx[end - 1] + 1),) + where[i + 1:], k, (start, end)))
             start = end
     return out
-
-
-def _any_row(base: dict, gvals: dict, numeric: list[Axis]):
-    """The record of a row of the group after its first (the first may be the invalid one: any row
-    that parses will do; the numeric axes are arrays whose invalid rows check_block marks), or None.
-    None at once when the first row parses but its model does not run on its devices: that does
-    not depend on the numeric fields."""
-    try:
-        _parse({**base, **gvals, **{a.name: a.values[0] for a in numeric}}, list(gvals.items()))
-        return None
-    except InputError:
-        pass
-    rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
-    return next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
-                                             list(gvals.items())) for r in rows)), None)
-
-
-def _parse_or_none(d: dict, pairs):
-    try:
-        return _parse(d, pairs, execs=True)
-    except InputError:
-        return None
-
-
-#: one plan's parsed records and refusals (:func:`group_blocks`): the plan asks for the same record
-#: several times (a device count's run, then its block; a refused group's device count, then its
-#: devices); parse_record is pure, so the answer is looked up, the refusal re-raised as a copy
-_PARSED: contextvars.ContextVar = contextvars.ContextVar("sweep_parsed", default=None)
-
-
-def _parse(d: dict, pairs, execs: bool = False) -> Record:
-    """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
-    not split over the devices is refused here, before anything is evaluated). Within one plan
-    each distinct (mapping, label, ``execs``) is parsed once."""
-    memo = _PARSED.get()
-    if memo is None:
-        return _parse_now(d, pairs, execs)
-    try:
-        key = (tuple(d.items()), tuple(pairs), execs)
-        hit = memo.get(key)
-    except TypeError:                     # an unhashable value (a list): parsed every time
-        return _parse_now(d, pairs, execs)
-    if hit is None:
-        try:
-            hit = memo[key] = _parse_now(d, pairs, execs)
-        except InputError as exc:
-            memo[key] = kept(exc)
-            raise again(exc) from None
-    if isinstance(hit, InputError):
-        raise again(hit)
-    return hit
-
-
-def _parse_now(d: dict, pairs, execs: bool) -> Record:
-    try:
-        rec = parse_record(d, source=_label(pairs))
-    except InputError:
-        raise
-    except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
-        raise InputError(str(exc), source=_label(pairs)) from None
-    return _with_execs(rec, pairs) if execs else rec
-
-
-def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = False) -> Record:
-    """``_parse(d, pairs, execs)`` where ``d`` is the mapping that parsed into ``rec`` with field
-    ``name`` changed (:func:`costmodel.inputs.record.parse_changed`: the same record or error, one
-    field parsed), kept in the plan's lookup like any parse."""
-    v = d[name]
-    if isinstance(v, str) and not v.strip() or v is None:
-        return _parse(d, pairs, execs)
-    memo = _PARSED.get()
-    try:
-        key = (tuple(d.items()), tuple(pairs), execs)
-        hit = None if memo is None else memo.get(key)
-    except TypeError:
-        memo = hit = None
-    if hit is None:
-        from costmodel.inputs.record import parse_changed
-        try:
-            hit = parse_changed(rec, name, v, _label(pairs))
-            if execs:
-                hit = _with_execs(hit, pairs)
-        except InputError as exc:
-            hit = kept(exc)
-        if memo is not None:
-            memo[key] = hit
-    if isinstance(hit, InputError):
-        raise again(hit)
-    return hit
-
-
-def _with_execs(rec: Record, pairs) -> Record:
-    """``rec`` once the model's and draft's execution build (InputError naming the group otherwise)."""
-    from costmodel.engine.evaluate import _execs
-    try:
-        _execs(rec)
-    except InputError as exc:
-        raise InputError(str(exc), source=_label(pairs)) from None
-    return rec
 
 
 def canonical_value(v):

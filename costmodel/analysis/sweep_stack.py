@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from costmodel.analysis.sweep_grid import (TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value,
-                                          parse_one_changed)
+from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, canonical_value
+from costmodel.analysis.sweep_parse import _any_row, _label, _parse, parse_one_changed
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
 
