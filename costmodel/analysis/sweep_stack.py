@@ -2,7 +2,7 @@
 :class:`~costmodel.inputs.hardware.HardwareStack` (device numbers as arrays along its dimension)
 and the ``n_devices`` axis as an array of device counts, so that one block of the sweep covers every
 device and device count the engine prices alike (:func:`costmodel.engine.evaluate.hardware_signature`;
-counts all one or all several); and the ``weight_dtype`` axis as a
+one device with the larger counts, its all-reduce 0 s); and the ``weight_dtype`` axis as a
 :class:`~costmodel.inputs.dtypes.WeightDtypes` where its values share a
 :func:`~costmodel.inputs.dtypes.stack_signature` (:func:`stack_dtypes`). Used by
 :func:`costmodel.analysis.sweep_grid.group_blocks`."""
@@ -20,9 +20,11 @@ from costmodel.inputs import dtypes
 
 def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict: bool):
     """(blocks, the n_devices value indices left to price one by one): contiguous runs of two or more
-    device counts whose records parse and that the engine prices alike (all one device or all
-    several, tensor parallel over the n devices, one pipeline stage, no draft device of its own:
-    ``n_devices_total`` would differ) become blocks with the device counts as an array."""
+    device counts whose records parse and that the engine prices alike (tensor parallel over the n
+    devices, one pipeline stage, no draft device of its own: ``n_devices_total`` would differ) become
+    blocks with the device counts as an array. One device joins the larger counts (its all-reduce is
+    0 s element by element: ``engine.parallel.allreduce_time_s``) except under the custom all-reduce,
+    which decides on the stack's link type once for every count."""
     group = [a for a in axes if not a.numeric]
     first = {a.name: a.values[0] for a in axes if a.numeric}
     recs = []
@@ -40,7 +42,7 @@ def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict:
             (r.expert_parallel or 1) == 1 and \
             r.strategy in ("autoregressive", "speculative", "shared_prefix") and \
             (r.draft_placement == "same_device" or r.draft_model in ("none", "medusa", "self"))
-        recs.append((r.n_devices > 1) if ok else None)
+        recs.append(None if not ok else "one" if r.n_devices == 1 and _custom_allreduce(r) else "tp")
     blocks, left, j = [], [], 0
     while j < len(recs):
         k = j
@@ -53,6 +55,12 @@ def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict:
             blocks.extend(got)
         j = k + 1
     return blocks, left
+
+
+def _custom_allreduce(rec) -> bool:
+    from costmodel.engine.evaluate import allreduce_for
+    from costmodel.inputs.runtime import load_runtime
+    return allreduce_for(rec, load_runtime(rec.runtime)) == "custom"
 
 
 def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool = True, run=None):
