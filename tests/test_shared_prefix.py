@@ -30,6 +30,10 @@ def test_a_prefix_shorter_than_the_prompt_by_hand_for_each_kernel():
     # dense_masked: each query scored against the prefix and all 4 branches' tokens: 8·(60 + 200 + 1)
     r = evaluate(dict(PARTIAL, attention_kernel="dense_masked"))
     assert r["step_latency_s"] == pytest.approx(pass_s(UNIT, 8, 8 * 261, 520), rel=1e-12)
+    # memory-bound on the unit device: the pairs show in the attention FLOPs, 2 layers · 4·4·16 per pair
+    (row,) = [x for x in evaluate_passes(dict(PARTIAL, attention_kernel="dense_masked"))["decode"].cost.ops
+              if x[0] == "attention"]
+    assert float(row[1]) == 2 * 256 * 8 * 261
     # per_branch: the 2·60 prefix tokens' KV (15,360 B of one layer) fit the 1e7 B L2 (h = 1): each
     # prefix read once from HBM, 3 more times from L2 (360); the 8 branches' own 50 from HBM
     r = evaluate(dict(PARTIAL, attention_kernel="per_branch"))
