@@ -87,7 +87,11 @@ def test_verification_pass_under_attention_data_parallel_by_hand(tmp_path):
     assert float(ops["o_proj"].flops) == 2 * 64 * 64 * 4
     distinct = 2 * (1 - 0.5 ** 8)
     assert float(ops["moe_ffn"].flops) == 2 * EXPERT * 8
-    assert float(ops["moe_ffn"].hbm_bytes) == pytest.approx(distinct * EXPERT * 2 + 8 * 128 * 2, rel=1e-12)
+    assert float(ops["moe_ffn"].hbm_bytes) == pytest.approx(distinct * EXPERT * 2 + 8 * 128 * 2, rel=1e-12, abs=0)
+    # a pass's extra operators (an MTP projection, a head's GEMMs) run in the device's share too
+    extra = mtp_projection_op(ex, 8.0)
+    ops = _ops(dataclasses.replace(VERIFY, extra_ops=[extra]), ex)
+    assert ops["mtp_projection"] is extra
 
 
 def test_windowed_pass_without_seqs_is_priced_unwindowed(tmp_path):
@@ -119,6 +123,19 @@ def test_mla_chunk_expands_its_cached_tokens_in_the_up_projected_form(tmp_path):
                  + "  qk_nope_head_dim: 16\n  v_head_dim: 16\n")
     ops = _ops(PassShape(tokens=100.0, pairs=6050.0, kv_hbm_tokens=110.0), _ex(str(p)))
     assert float(ops["attention"].flops) == 4 * 80 * 6_050 + 2 * 4_096 * 10 == 2_017_920
+    # on tp 2 a device holds 2 heads and half the K/V up-projection (2,048): up 2·80·6,050 + 2·2,048·10 =
+    # 1,008,960 < absorbed 2·144·6,050 = 1,742,400
+    ops = _ops(PassShape(tokens=100.0, pairs=6050.0, kv_hbm_tokens=110.0), _ex(str(p), n_devices=2))
+    assert float(ops["attention"].flops) == 2 * 80 * 6_050 + 2 * 2_048 * 10 == 1_008_960
+
+
+def test_per_query_head_kernel_adds_its_rereads_to_the_given_l2_rereads_by_hand():
+    # a kernel that reads K and V once per query head (r = 2): 600 tokens read, 600 · 128 = 76,800 B,
+    # all within L2 (1e7 B): the second query head's re-read comes from L2; with 200 tokens re-read
+    # from L2 already the operator's L2 bytes are 200 · 128 + 76,800
+    ex = _ex(f"{D}/unit-model.yaml", rt=dict(gqa_attention="per_query_head"))
+    ops = _ops(PassShape(tokens=8.0, pairs=1210.0, kv_hbm_tokens=600.0, kv_l2_tokens=200.0), ex)
+    assert _work(ops["attention"]) == (2, 4 * 4 * 16 * 1210, 600 * 128 + 8 * 128 + 8 * 256, 200 * 128 + 76_800)
 
 
 # --------------------------------------------------------------------------- quantised MoE experts
@@ -137,9 +154,12 @@ def test_fp8_experts_without_fp8_moe_gemms_run_weight_only_by_hand(tmp_path):
     # its time: the GEMM roofline √(c² + m²), c = FLOPs / 1e14 + dequant / 1e13, m = bytes / 1e12
     c = 2 * EXPERT * 2 * 2 / 1e14 + 3 * EXPERT * 2 / 1e13
     m = (3 * EXPERT + 1_024) / 1e12
-    assert float(op_time(moe, ex)[0]) == pytest.approx(math.sqrt(c * c + m * m), rel=1e-12)
+    assert float(op_time(moe, ex)[0]) == pytest.approx(math.sqrt(c * c + m * m), rel=1e-12, abs=0)
     shared = ops["shared_experts"]
     assert (float(shared.dequant_flops), shared.unit_flops_per_s) == (EXPERT * 2, 1e14)
+    # a GEMM: 2·6,144·2 FLOPs at 1e14 + 6,144·2 dequant FLOPs at 1e13; 6,144 B + 2·128·2 B at 1e12
+    c, m = 2 * EXPERT * 2 / 1e14 + EXPERT * 2 / 1e13, (EXPERT + 512) / 1e12
+    assert float(op_time(shared, ex)[0]) == pytest.approx(math.sqrt(c * c + m * m), rel=1e-12, abs=0)
     assert (float(ops["router"].dequant_flops), ops["router"].unit_flops_per_s) == (0.0, None)
 
 
@@ -151,6 +171,9 @@ def test_int8_experts_are_dequantised_per_weight_read_by_hand(tmp_path):
     assert float(ops["moe_ffn"].dequant_flops) == 3 * EXPERT * 3
     assert float(ops["moe_ffn"].hbm_bytes) == 3 * EXPERT * 1 + 1_024
     assert ops["moe_ffn"].unit_flops_per_s is None        # the pass's own rate
+    # fp16 weights: nothing to dequantise
+    ops16 = _ops(decode_shape(2.0, 1.0, 110.0), _ex(_model(tmp_path, "unit-moe"), rt=rt))
+    assert float(ops16["moe_ffn"].dequant_flops) == float(ops16["shared_experts"].dequant_flops) == 0.0
     ops = _ops(decode_shape(2.0, 1.0, 110.0), _ex(_model(tmp_path, "unit-moe"), rt=rt, weight_dtype="int8",
                                                   n_devices=2, tensor_parallel=1, expert_parallel=2))
     assert float(ops["moe_ffn"].dequant_flops) == 1.5 * EXPERT * 3
@@ -167,6 +190,23 @@ def test_per_channel_scales_follow_each_gemms_input_width_by_hand(tmp_path):
     assert float(ops["qkv_proj"].hbm_bytes) == 4_096 * (1 + 2 / 64) + 2 * 128 * 2
 
 
+def test_lm_head_kept_unquantised_is_not_dequantised_by_hand():
+    # int8 body with 3 dequant FLOPs a weight, the LM head kept in fp16 (quantize_lm_head false): the
+    # q/k/v projection's 8,192 weights cost 8,192·3 vector FLOPs and 1 B each (+ 2 tokens · (64 in + 128
+    # out) · 2 B); the LM head's 64,000
+    # weights none and 2 B each (+ 2 tokens · 64 in · 2 B + 2 · 1000 fp32 logits)
+    ex = _ex(f"{D}/unit-model.yaml", rt=dict(dequant_flops_per_weight_int8=3.0, quantize_lm_head=False),
+             weight_dtype="int8")
+    ops = _ops(decode_shape(2.0, 1.0, 110.0), ex)
+    assert (float(ops["qkv_proj"].dequant_flops), float(ops["qkv_proj"].hbm_bytes)) == (8_192 * 3, 8_192 + 2 * 192 * 2)
+    assert float(ops["lm_head"].dequant_flops) == 0.0
+    assert float(ops["lm_head"].hbm_bytes) == 64_000 * 2 + 2 * 64 * 2 + 2 * 1000 * 4
+    # quantised LM head (the default): dequantised like the body, 1 B a weight
+    ex = _ex(f"{D}/unit-model.yaml", rt=dict(dequant_flops_per_weight_int8=3.0), weight_dtype="int8")
+    head = _ops(decode_shape(2.0, 1.0, 110.0), ex)["lm_head"]
+    assert (float(head.dequant_flops), float(head.hbm_bytes)) == (64_000 * 3, 64_000 + 2 * 64 * 2 + 2 * 1000 * 4)
+
+
 def test_mtp_projection_reads_2d_inputs_of_the_groups_tokens_by_hand(tmp_path):
     # the 2d → d projection: 2·64·64 = 8,192 weights, each 1 + 2/128 B (int8, a 2-byte scale per row of
     # 2d = 128 inputs); under attention data parallel dp 2 a device projects 6/2 = 3 of the 6 tokens:
@@ -176,6 +216,9 @@ def test_mtp_projection_reads_2d_inputs_of_the_groups_tokens_by_hand(tmp_path):
     op = mtp_projection_op(ex, 6.0)
     assert (op.count, op.group) == (1, "pass")
     assert (float(op.flops), float(op.hbm_bytes)) == (2 * 8_192 * 3, 8_192 * (1 + 2 / 128) + 3 * 192 * 2)
+    # tp 2 without data parallel: each rank holds half the projection (4,096) and projects all 6 tokens
+    op = mtp_projection_op(_ex(f"{D}/unit-model.yaml", n_devices=2), 6.0)
+    assert (float(op.flops), float(op.hbm_bytes)) == (2 * 4_096 * 6, 4_096 * 2 + 6 * 192 * 2)
 
 
 # --------------------------------------------------------------------------- MoE all-to-all
@@ -189,8 +232,8 @@ def test_alltoall_sends_the_tp_share_in_fp8_by_hand(tmp_path):
     disp, comb = moe_alltoall_ops(ex, 2.0)
     s = 1 * 2 * 3 / 4 * 64
     assert (disp.count, comb.count) == (1, 1)
-    assert float(disp.comm_s) == pytest.approx(1e-5 + s * (1 + 4 / 128) / 1e11, rel=1e-12)
-    assert float(comb.comm_s) == pytest.approx(1e-5 + s * 2 / 1e11, rel=1e-12)
+    assert float(disp.comm_s) == pytest.approx(1e-5 + s * (1 + 4 / 128) / 1e11, rel=1e-12, abs=0)
+    assert float(comb.comm_s) == pytest.approx(1e-5 + s * 2 / 1e11, rel=1e-12, abs=0)
 
 
 def test_alltoall_of_a_stage_across_nodes_takes_the_network_by_hand(tmp_path):
@@ -201,4 +244,25 @@ def test_alltoall_of_a_stage_across_nodes_takes_the_network_by_hand(tmp_path):
              expert_parallel=6, pipeline_parallel=2)
     disp, comb = moe_alltoall_ops(ex, 3.0)
     s = 3 * 2 * 5 / 6 * 64 * 2
-    assert float(disp.comm_s) == float(comb.comm_s) == pytest.approx(2e-5 + s / 1e10, rel=1e-12)
+    assert float(disp.comm_s) == float(comb.comm_s) == pytest.approx(2e-5 + s / 1e10, rel=1e-12, abs=0)
+
+
+def test_no_alltoall_without_attention_data_parallel(tmp_path):
+    # tp 2, ep 2 (dp 1): every device holds every token and the layer's all-reduce combines the experts
+    ops = _ops(decode_shape(2.0, 1.0, 110.0), _ex(_model(tmp_path, "unit-moe"), n_devices=2, tensor_parallel=2,
+                                                  expert_parallel=2))
+    assert "moe_dispatch" not in ops and "moe_combine" not in ops
+    assert ops["allreduce"].count == 4
+
+
+def test_alltoall_dispatches_fp4_engines_in_fp8_by_hand(tmp_path):
+    # a device with fp4 matrix units running nvfp4 weights dispatches in fp8 + scales too (1 + 4/128 B)
+    hw = tmp_path / "unit-hw-fp4.yaml"
+    hw.write_text(open(f"{D}/unit-hw.yaml").read().replace("int4: null}", "int4: null, fp4: 4.0e+14}"))
+    ex = _ex(_model(tmp_path, "unit-moe"), weight_dtype="nvfp4", hardware=str(hw), batch_size=4, n_devices=4,
+             tensor_parallel=2, expert_parallel=4)
+    assert ex.compute_dtype == "fp4"
+    disp, comb = moe_alltoall_ops(ex, 2.0)
+    s = 1 * 2 * 3 / 4 * 64
+    assert float(disp.comm_s) == pytest.approx(1e-5 + s * (1 + 4 / 128) / 1e11, rel=1e-12, abs=0)
+    assert float(comb.comm_s) == pytest.approx(1e-5 + s * 2 / 1e11, rel=1e-12, abs=0)
