@@ -86,3 +86,17 @@ def decode_s(m: Dims, B, q, L, **kw):
 def prefill_s(m: Dims, B, P):
     """B prompts of P tokens: B·P tokens, B·P(P+1)/2 causal pairs, B·P KV tokens read, B logits."""
     return pass_s(m, B * P, B * P * (P + 1) / 2, B * P, lm=B)
+
+
+def launch_runtime(tmp_path) -> str:
+    """tests/data/unit-rt.yaml with 1 ms of host work per kernel launch, 10 kernels per layer (attention
+    one of them) and 5 per pass, written under ``tmp_path``: every pass on the unit device is host-bound
+    (its device time is microseconds), so a step's time counts its launches."""
+    import os
+    rt = open(os.path.join(os.path.dirname(__file__), "data", "unit-rt.yaml")).read()
+    rt = (rt.replace("kernels_per_layer: {value: 0", "kernels_per_layer: {value: 10")
+            .replace("kernels_per_pass: {value: 0", "kernels_per_pass: {value: 5")
+            .replace("host_per_kernel_s: {value: 0.0", "host_per_kernel_s: {value: 1.0e-03"))
+    p = tmp_path / "launch.yaml"
+    p.write_text(rt)
+    return str(p)

@@ -12,7 +12,7 @@ import pytest
 
 from costmodel import evaluate
 from costmodel.engine.evaluate import evaluate_passes
-from handcalc import UNIT, pass_s, prefill_s
+from handcalc import UNIT, launch_runtime, pass_s, prefill_s
 
 D = os.path.join(os.path.dirname(__file__), "data")
 BASE = dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml", runtime=f"{D}/unit-rt.yaml")
@@ -89,15 +89,10 @@ def test_prefix_aware_launches_two_attention_kernels_per_layer(tmp_path):
     # them) and 5 per pass. prefix_aware runs a prefix and a suffix kernel: 2·(10 − 1 + 2) + 5 = 27
     # launches, 27 ms, far above the pass's microseconds on the device; per_branch launches its
     # attention once per layer here (one batched call): 2·10 + 5 = 25
-    rt = open(f"{D}/unit-rt.yaml").read()
-    rt = (rt.replace("kernels_per_layer: {value: 0", "kernels_per_layer: {value: 10")
-            .replace("kernels_per_pass: {value: 0", "kernels_per_pass: {value: 5")
-            .replace("host_per_kernel_s: {value: 0.0", "host_per_kernel_s: {value: 1.0e-03"))
-    p = tmp_path / "launch.yaml"
-    p.write_text(rt)
-    r = evaluate(dict(PARTIAL, runtime=str(p), attention_kernel="prefix_aware"))
+    p = launch_runtime(tmp_path)
+    r = evaluate(dict(PARTIAL, runtime=p, attention_kernel="prefix_aware"))
     assert r["step_latency_s"] == pytest.approx(27e-3, rel=1e-12)
-    r = evaluate(dict(PARTIAL, runtime=str(p), attention_kernel="per_branch"))
+    r = evaluate(dict(PARTIAL, runtime=p, attention_kernel="per_branch"))
     assert r["step_latency_s"] == pytest.approx(25e-3, rel=1e-12)
 
 

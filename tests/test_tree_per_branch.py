@@ -11,7 +11,7 @@ import os
 import pytest
 
 from costmodel import evaluate
-from handcalc import UNIT, gemm_s, pass_s
+from handcalc import UNIT, gemm_s, launch_runtime, pass_s
 
 D = os.path.join(os.path.dirname(__file__), "data")
 BASE = dict(model=f"{D}/unit-model.yaml", hardware=f"{D}/unit-hw.yaml", runtime=f"{D}/unit-rt.yaml",
@@ -38,21 +38,9 @@ def test_per_branch_rereads_from_l2_bind_by_hand():
     assert (hbm_b + kv_l2 * 128) / 1e13 > max(hbm_b / 1e12, 4 * 64 * (2 * 192 + 80_000 * 128) / 1e14)
 
 
-def _launch_runtime(tmp_path):
-    """The unit runtime with 1 ms of host work per kernel launch, 10 kernels per layer (attention one of
-    them) and 5 per pass: every pass on the unit device is host-bound (its device time is microseconds)."""
-    rt = open(f"{D}/unit-rt.yaml").read()
-    rt = (rt.replace("kernels_per_layer: {value: 0", "kernels_per_layer: {value: 10")
-            .replace("kernels_per_pass: {value: 0", "kernels_per_pass: {value: 5")
-            .replace("host_per_kernel_s: {value: 0.0", "host_per_kernel_s: {value: 1.0e-03"))
-    p = tmp_path / "launch.yaml"
-    p.write_text(rt)
-    return str(p)
-
-
 def test_per_branch_launches_attention_once_per_branch(tmp_path):
     # 2 branches: 2 layers · (10 − 1 + 2) + 5 = 27 launches, 27 ms; prefix_aware launches it once: 25
-    rt = _launch_runtime(tmp_path)
+    rt = launch_runtime(tmp_path)
     assert evaluate(dict(BASE, runtime=rt))["step_latency_s"] == pytest.approx(27e-3, rel=1e-12)
     assert evaluate(dict(BASE, runtime=rt, attention_kernel="prefix_aware"))["step_latency_s"] == \
         pytest.approx(25e-3, rel=1e-12)
