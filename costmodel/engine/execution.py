@@ -174,8 +174,11 @@ class Exec:
         """Achievable matrix FLOP/s: peak(compute dtype) · the hardware's measured large-GEMM fraction
         for that dtype (``Hardware.matrix_efficiency_for``: fp8 GEMMs reach ~0.70 of the fp8 peak on
         an H100 where bf16 reaches ~0.80 of its own) · the runtime's efficiency."""
-        cd = self.compute_dtype
-        return self.hw.matrix_peak(cd) * self.hw.matrix_efficiency_for(cd) * self.rt.compute_efficiency
+        return self.matrix_rate_for(self.compute_dtype)
+
+    def matrix_rate_for(self, dtype: str) -> float:
+        """peak(dtype) · the hardware's measured GEMM fraction for dtype · the runtime's efficiency (FLOP/s)."""
+        return self.hw.matrix_peak(dtype) * self.hw.matrix_efficiency_for(dtype) * self.rt.compute_efficiency
 
     @functools.cached_property
     def experts_weight_only(self) -> bool:
@@ -189,7 +192,7 @@ class Exec:
         fraction · compute_efficiency; None (``matrix_flops_per_s``) otherwise."""
         if not self.experts_weight_only:
             return None
-        return self.hw.matrix_peak("fp16") * self.hw.matrix_efficiency_for("fp16") * self.rt.compute_efficiency
+        return self.matrix_rate_for("fp16")
 
     @functools.cached_property
     def expert_dequant_flops_per_weight(self) -> float:

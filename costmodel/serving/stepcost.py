@@ -164,7 +164,7 @@ class StepCosts:
         holds step_overhead_s and host_step_s / N), the rest of the invocation and the chunks' share."""
         if with_decoders:
             return self.host_step_s * (1.0 - 1.0 / self.n_steps) + self.host_per_seq_s * n_chunks
-        return self.step_overhead_s + self.host_step_s + self.host_per_seq_s * n_chunks
+        return self.step_overhead_s + self.ex.rt.host_s(n_chunks, steps_per_schedule=1)
 
     def gamma_costs(self, gamma: int) -> GammaCosts:
         g = self._gammas.get(gamma)
