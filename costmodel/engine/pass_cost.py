@@ -46,9 +46,9 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
         # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
         # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
         a, b, _c, d = op_terms(op, ex, with_l2=False)
-        fast = max_argmax((a, b, _ZERO, d), first_is_new=True)
+        fast = max_argmax((a, b, _ZERO, d), new_terms=(0, 1))
     else:
-        fast = max_argmax(op_terms(op, ex), first_is_new=True)
+        fast = max_argmax(op_terms(op, ex), new_terms=(0, 1, 2))
     if fast is not None:
         return fast
     stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten

@@ -67,13 +67,19 @@ def compact(a: np.ndarray) -> np.ndarray:
     return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
 
 
-def max_argmax(terms, first_is_new: bool = False):
+def max_argmax(terms, first_is_new: bool = False, new_terms: tuple = (), max_wanted: bool = True):
     """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
     of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
-    that broadcasts to the max's. None (the caller takes the reference path) when the running
-    maximum holds a NaN, a negative number or -0.0 where it matters. For such terms the first
-    maximum is the last term that is strictly greater than the running maximum, and a +0.0 term
-    can be skipped (it is never above a running maximum >= +0.0, and max(m, +0.0) = m)."""
+    that broadcasts to the max's (a scalar where one term is the maximum everywhere). None (the
+    caller takes the reference path) when the running maximum holds a NaN, a negative number or
+    -0.0 where it matters. For such terms the first maximum is the last term that is strictly
+    greater than the running maximum, and a +0.0 term can be skipped (it is never above a running
+    maximum >= +0.0, and max(m, +0.0) = m). A term strictly greater than the running maximum
+    everywhere (no NaN on either side: every comparison held) is the new maximum as it is, and
+    its index the argmax everywhere so far, when that term is the caller's own new array
+    (``first_is_new``: the first term; ``new_terms``: their indices), which the result may be or
+    overwrite, or when the caller reads only the argmax (``max_wanted`` False: the max returned
+    may then be one of the terms itself). The max is otherwise a new array or the first term."""
     if not any(t.ndim for t in terms):
         fl = [float(t) for t in terms]
         for x in fl:
@@ -82,7 +88,7 @@ def max_argmax(terms, first_is_new: bool = False):
         m = max(fl)
         return np.float64(m), np.intp(fl.index(m))
     m, idx, checked = terms[0], None, None
-    m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
+    m_new = (first_is_new or 0 in new_terms) and type(m) is np.ndarray     # m may be overwritten
     low = None                                          # (m, min of m) once computed
     for i in range(1, len(terms)):
         t = terms[i]
@@ -101,6 +107,11 @@ def max_argmax(terms, first_is_new: bool = False):
             if float(np.max(t)) <= low[1]:
                 continue
         gt = t > m
+        if (not max_wanted or i in new_terms) and type(t) is np.ndarray and gt.shape == t.shape and gt.ndim \
+                and gt.all():
+            # t > m in every element: max(m, t) is t, and i the first argmax everywhere
+            m, m_new, idx = t, i in new_terms, np.int8(i)
+            continue
         if m_new and m.ndim and gt.shape == m.shape:
             m = np.maximum(m, t, out=m)
         else:

@@ -1,0 +1,82 @@
+"""costmodel.fast.arrays against the plain numpy expressions they stand for, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.fast.arrays import max_argmax
+
+
+def _stacked(terms):
+    stack = np.stack(np.broadcast_arrays(*terms))
+    return stack.max(axis=0), stack.argmax(axis=0)
+
+
+def _same_bits(a, b):
+    a, b = np.ascontiguousarray(a, dtype=float), np.ascontiguousarray(b, dtype=float)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+def _check(terms, **kw):
+    """max_argmax(terms) is the stacked max/argmax, or None; a term that is not the caller's own
+    (``new_terms``) is never written."""
+    before = [np.array(t, copy=True) for t in terms]
+    got = max_argmax(terms, **kw)
+    for k, (t, b) in enumerate(zip(terms, before)):
+        assert k in kw.get("new_terms", ()) or _same_bits(t, b)
+    if got is None:
+        return None
+    want_m, want_i = _stacked(before)
+    m, i = got
+    assert _same_bits(np.broadcast_to(m, want_m.shape), want_m)
+    assert np.array_equal(np.broadcast_to(i, want_i.shape), want_i)
+    return got
+
+
+def test_a_term_above_the_running_max_everywhere_is_the_max_and_its_index_a_scalar():
+    # memory term 2·compute + 1 > compute in every element: the max is the memory term itself and
+    # the argmax 1 everywhere (as np.argmax of the stack: 1, since 2c + 1 > c for c >= 0)
+    c = np.linspace(0.0, 5.0, 12).reshape(3, 4)
+    m = 2.0 * c + 1.0
+    got = _check((c, m, np.float64(0.0), np.float64(0.0)), new_terms=(0, 1))
+    assert got[1].ndim == 0 and int(got[1]) == 1
+    assert got[0] is m                    # the caller's own array, not a copy
+    # not the caller's array: the same values, in a new array (or, when only the index is read, m itself)
+    got = _check((c, m, np.float64(0.0), np.float64(0.0)))
+    assert got[0] is not m
+    got = _check((c, m, np.float64(0.0), np.float64(0.0)), max_wanted=False)
+    assert int(got[1]) == 1
+
+
+def test_the_shortcut_does_not_fire_on_ties_nan_or_broadcast_terms():
+    c = np.array([[1.0, 2.0, 3.0]])
+    # a tie in one element: argmax keeps 0 there (np.argmax takes the first maximum)
+    got = _check((c, np.array([[2.0, 2.0, 4.0]]), np.float64(0.0)), new_terms=(0, 1))
+    assert list(np.broadcast_to(got[1], (1, 3))[0]) == [1, 0, 1]
+    # a NaN compares false: the plain path, which refuses a NaN running maximum (None)
+    assert _check((c, np.array([[2.0, np.nan, 4.0]])), new_terms=(0, 1)) is None
+    # a term that broadcasts (shape (1, 1)) above a (2, 3) running max: the max has the full shape
+    big = np.arange(6.0).reshape(2, 3)
+    got = _check((big, np.array([[10.0]])), new_terms=(0, 1))
+    assert np.shape(got[0]) == (2, 3)
+
+
+def test_random_terms_agree_with_the_stack():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        shape = (int(rng.integers(1, 5)), int(rng.integers(1, 6)))
+        terms = []
+        for k in range(int(rng.integers(2, 6))):
+            kind = rng.integers(0, 4)
+            if kind == 0:
+                terms.append(np.float64(0.0))
+            elif kind == 1:
+                terms.append(rng.uniform(0, 10, shape) + 20.0 * rng.integers(0, 2))
+            elif kind == 2:
+                terms.append(rng.uniform(0, 10, (shape[0], 1)))
+            else:
+                terms.append(np.float64(rng.uniform(0, 10)))
+        if all(np.ndim(t) == 0 for t in terms):
+            continue
+        own = tuple(i for i, t in enumerate(terms) if type(t) is np.ndarray and rng.integers(0, 2))
+        _check(tuple(terms), new_terms=own)
