@@ -80,3 +80,17 @@ def test_random_terms_agree_with_the_stack():
             continue
         own = tuple(i for i, t in enumerate(terms) if type(t) is np.ndarray and rng.integers(0, 2))
         _check(tuple(terms), new_terms=own)
+
+
+def test_empty_aligned_starts_large_arrays_on_a_huge_page():
+    from costmodel.fast.arrays import HUGE_PAGE_BYTES, empty_aligned
+    # 1000 x 1000 float64 = 8,000,000 bytes >= 4 MiB: on a 2 MiB boundary, C-contiguous, writable
+    a = empty_aligned((1000, 1000))
+    assert a.shape == (1000, 1000) and a.dtype == np.float64 and a.flags.c_contiguous and a.flags.writeable
+    assert a.ctypes.data % HUGE_PAGE_BYTES == 0
+    a.fill(1.5)
+    assert float(a.sum()) == 1.5e6
+    b = empty_aligned((600, 1000), dtype=bool)       # 600,000 bytes < 4 MiB: a plain np.empty
+    assert b.shape == (600, 1000) and b.dtype == bool and b.base is None
+    c = empty_aligned((1000, 1000), dtype=object)   # object arrays: numpy's own (None-filled)
+    assert c[0, 0] is None

@@ -15,6 +15,29 @@ import numpy as np
 
 _INF_BITS = int(np.array(np.inf).view(np.uint64))
 
+#: a transparent huge page (x86-64, arm64 with 4 KiB base pages)
+HUGE_PAGE_BYTES = 1 << 21
+#: arrays at least this large are placed on a huge-page boundary by :func:`empty_aligned`
+_ALIGN_FROM_BYTES = 2 * HUGE_PAGE_BYTES
+
+
+def empty_aligned(shape, dtype=float) -> np.ndarray:
+    """np.empty(shape, dtype) whose data starts on a 2 MiB boundary when it spans at least 4 MiB.
+
+    numpy asks the kernel for transparent huge pages on arrays of 4 MiB or more (madvise), but a
+    block that malloc places at an arbitrary 4 KiB offset keeps 4 KiB pages in its unaligned head
+    and tail: about 2 MiB of them per array, ~500 page faults on first write (an 8 MB sweep
+    column). Aligned, the array takes one fault per 2 MiB. The result is a view of a slightly
+    larger buffer (up to 4 MiB more address space, never touched). Object arrays are left to
+    numpy (it fills them itself)."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if n < _ALIGN_FROM_BYTES or dt.hasobject:
+        return np.empty(shape, dtype=dt)
+    raw = np.empty(n + 2 * HUGE_PAGE_BYTES, dtype=np.uint8)
+    off = (-raw.ctypes.data) % HUGE_PAGE_BYTES
+    return raw[off:off + n].view(dt).reshape(shape)
+
 
 def bcast(a, shape):
     """np.broadcast_to(np.asarray(a, dtype=float), shape), skipped when ``a`` has that shape."""
