@@ -78,8 +78,10 @@ from costmodel.inputs.record import Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
-#: rows per evaluate_arrays call in process: 32768-element arrays (256 KiB) stay in cache, which
-#: makes each array operation 2-3x faster than on million-element arrays
+#: rows per evaluate_arrays call in process: 65536-element arrays (512 KiB) stay in the caches,
+#: which makes each array operation 2-3x faster than on million-element arrays, and are large
+#: enough that the ~1 ms of Python per evaluation is a small part of it (32768 rows: ~10 % slower
+#: on the 1 M-row sweeps of benchmarks/bench_goals.py, 262144: ~40 % slower)
 CHUNK_ROWS = 1 << 16
 #: rows per Dask task (each task evaluates its rows in CHUNK_ROWS pieces): 2**20 rows of ~45
 #: columns is ~0.4 GB of results per task
