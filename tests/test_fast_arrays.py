@@ -94,3 +94,32 @@ def test_empty_aligned_starts_large_arrays_on_a_huge_page():
     assert b.shape == (600, 1000) and b.dtype == bool and b.base is None
     c = empty_aligned((1000, 1000), dtype=object)   # object arrays: numpy's own (None-filled)
     assert c[0, 0] is None
+
+
+def test_add_all_is_the_left_to_right_sum_and_writes_no_term():
+    from costmodel.fast.arrays import add_all
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        shape = (int(rng.integers(1, 4)), int(rng.integers(1, 5)))
+        terms = []
+        for _k in range(int(rng.integers(1, 6))):
+            kind = rng.integers(0, 5)
+            if kind == 0:
+                terms.append(np.float64(rng.choice([0.0, -0.0, 2.5])))
+            elif kind == 1:
+                terms.append(rng.choice([0.0, -0.0, 1.0, np.nan, np.inf, 1e300], size=shape))
+            elif kind == 2:
+                terms.append(np.broadcast_to(rng.uniform(-1, 1, (shape[0], 1)), shape))
+            elif kind == 3:
+                terms.append(rng.uniform(-1, 1, (1, shape[1])))
+            else:
+                terms.append(np.asarray(0.0))
+        before = [np.array(t, copy=True) for t in terms]
+        want = np.asarray(0.0)
+        for t in before:
+            want = want + t                      # the plain left-to-right sum
+        with np.errstate(all="ignore"):
+            got = add_all(np.asarray(0.0), terms)
+        assert _same_bits(np.broadcast_to(got, np.shape(want)), want)
+        for t, b in zip(terms, before):
+            assert _same_bits(t, b)

@@ -55,6 +55,21 @@ def multiply(a, b):
     return _binary(np.multiply, a, b)
 
 
+def add_all(total, values):
+    """((total + v0) + v1) + ... left to right, each addition equal to :func:`add`; once the running
+    sum is an array of its own (a new array of the final shape), the rest are added into it in
+    place, so a long sum allocates one array instead of one per term."""
+    own = False
+    for v in values:
+        if own and type(v) is not np.ndarray or own and np.broadcast_shapes(total.shape, v.shape) == total.shape:
+            np.add(total, v, out=total)
+            continue
+        r = add(total, v)
+        own = (type(r) is np.ndarray and r.ndim > 0 and r.base is None and r is not total and r is not v)
+        total = r
+    return total
+
+
 def _binary(ufunc, a, b):
     """ufunc(a, b) with the same elements, fewer full-size passes:
 
