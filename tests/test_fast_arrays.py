@@ -123,3 +123,19 @@ def test_add_all_is_the_left_to_right_sum_and_writes_no_term():
         assert _same_bits(np.broadcast_to(got, np.shape(want)), want)
         for t, b in zip(terms, before):
             assert _same_bits(t, b)
+
+
+def test_affine_work_arrays_afresh_or_kept():
+    """AffineOp.work_array: a new array (the caller's own) until the property is read, then the
+    kept one; both the same bits as f1·x and h0 + h1·x."""
+    from costmodel.engine.ops import AffineOp
+    x = np.linspace(1.0, 4096.0, 4096).reshape(64, 64)
+    op = AffineOp("gemm", "matrix", 32, x, f1=2.0 * 4096 * 4096, h0=4096 * 4096 * 2.0, h1=(4096 + 4096) * 2.0)
+    f, own = op.work_array("flops")
+    assert own and _same_bits(f, 2.0 * 4096 * 4096 * x)
+    f[...] = 0.0                                    # the caller's own: writing it changes nothing kept
+    h, own = op.work_array("hbm_bytes")
+    assert own and _same_bits(h, 4096 * 4096 * 2.0 + (4096 + 4096) * 2.0 * x)
+    assert _same_bits(op.flops, 2.0 * 4096 * 4096 * x)
+    kept, own = op.work_array("flops")
+    assert kept is op.flops and not own

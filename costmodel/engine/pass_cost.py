@@ -111,16 +111,15 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
         # roofline.gemm_overlap: the binding term becomes gemm_time_s(c, m), the larger of c and m is
         # term k everywhere (the margin above), so that is the time and k the bound; in place (both
         # are new arrays: quotients), the same operations as the reference
-        c = np.asarray(compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops), peak, peak_v),
-                       dtype=float)
-        m = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
+        c = np.asarray(_term_new(op, "flops", compute_term_s, as_dequant(op.dequant_flops), peak, peak_v), dtype=float)
+        m = _term_new(op, "hbm_bytes", memory_term_s, bw)
         if c.shape != op.x.shape or m.shape != op.x.shape:
             return None
         return gemm_time_s(c, m, out=c), np.intp(k)
     if k == 0:
-        t = compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops), peak, peak_v)
+        t = _term_new(op, "flops", compute_term_s, as_dequant(op.dequant_flops), peak, peak_v)
     elif k == 1:
-        t = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
+        t = _term_new(op, "hbm_bytes", memory_term_s, bw)
     elif k == 2:
         t = l2_term_s(np.asarray(op.hbm_bytes, dtype=float), op.l2_bytes, l2bw)
     else:
@@ -131,6 +130,14 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     elif t is op.comm_s:
         t = t.copy()
     return t, np.intp(k)
+
+
+def _term_new(op: AffineOp, name: str, term, *rates):
+    """term(op's ``name`` array, *rates) as a new array: computed into the operator's work array
+    when that is a new one (AffineOp.work_array), which then is not kept."""
+    work, own = op.work_array(name)
+    work = np.asarray(work, dtype=float)
+    return term(work, *rates, out=work if own and work.dtype == np.float64 else None)
 
 
 def pass_cost(shape: PassShape, ex: Exec) -> Cost:
