@@ -259,7 +259,7 @@ def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool
     ctx, out = _outcome(rec, arrays, check_limits)
     res = finalize(ctx, out, bound_codes)
     if rec.strategy == "autoregressive":
-        res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
+        res["speedup_vs_ar"] = np.broadcast_to(np.float64(1.0), np.shape(res["step_latency_s"]))
     elif with_baseline:
         # only the baseline's step is needed: tokens_per_s_per_seq of AR decoding is 1 / step time
         base_lat = ar_step(ctx, B=baseline_batch(ctx)).time_s

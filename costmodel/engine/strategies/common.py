@@ -53,7 +53,7 @@ class Pass(NamedTuple):
 @dataclass
 class Outcome:
     step: Cost                      # one decoding step (all its passes), per-step overhead included
-    tokens_per_step: np.ndarray     # tokens gained per sequence per step
+    tokens_per_step: np.ndarray     # tokens gained per sequence per step (broadcasts to the step's shape)
     n_seqs: np.ndarray              # sequences decoding together
     prefill: Cost
     memory: Footprint               # per-device breakdown and totals (costmodel.engine.memory)

@@ -338,7 +338,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
                           draft_activations=memory.activation_bytes(d_ex, B * widest, B * widest) if own else None)
     target_prefill = prefill_cost(ctx)
     d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
-    return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
+    return Outcome(step=step, tokens_per_step=np.asarray(tree_tokens_per_step(ctx, tr), dtype=float),
                    n_seqs=B, prefill=target_prefill + d_prefill, memory=fp,
                    passes=named_passes(ex, target_prefill, verify, d_ex, dcost, d_prefill if kind == "model" else None),
                    extras={"tree_nodes": tr.n_nodes, "tree_depth": tr.depth,
