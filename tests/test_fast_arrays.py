@@ -139,3 +139,18 @@ def test_affine_work_arrays_afresh_or_kept():
     assert _same_bits(op.flops, 2.0 * 4096 * 4096 * x)
     kept, own = op.work_array("flops")
     assert kept is op.flops and not own
+
+
+def test_add_into_writes_only_arrays_it_was_given():
+    from costmodel.fast.arrays import add_into
+    small = np.array([[1.0], [-0.0]])
+    x = np.array([[0.5, 2.0, np.nan], [-0.0, 3.0, 1e308]])
+    want = small + x
+    keep = x.copy()
+    got, own = add_into(small, False, x)                 # neither is ours: a new array
+    assert own and got is not x and _same_bits(got, want) and _same_bits(x, keep)
+    got, own = add_into(small, False, x, x_owned=True)   # x is ours: the sum is kept in it
+    assert own and got is x and _same_bits(got, want)
+    y = np.array([[1.0, 2.0, 3.0]])
+    got, own = add_into(None, False, y, x_owned=True)    # None: the initial 0.0
+    assert got is y and _same_bits(got, 0.0 + np.array([[1.0, 2.0, 3.0]]))

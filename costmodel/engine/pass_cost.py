@@ -188,7 +188,8 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
             lo, hi = int(idx.min()), int(idx.max())
         for i in range(lo, hi + 1):
             if lo == hi:
-                acc[i], own[i] = add_into(acc[i], own[i], tc)
+                # tc is this pass's own array (t scaled in place) unless operator rows keep it
+                acc[i], own[i] = add_into(acc[i], own[i], tc, x_owned=tc is t and not record)
                 continue
             mask = idx == i
             if not mask.any():
@@ -245,10 +246,10 @@ def _work_totals(work, tp, shp):
     f_own = h_own = False
     for op in work:
         f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
-        flops, f_own = add_into(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
+        flops, f_own = add_into(flops, f_own, f * cnt, x_owned=True)       # f·cnt: a new array
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
-        hbm, h_own = add_into(hbm, h_own, h * cnt) if h_own else (hbm + h * cnt, True)
+        hbm, h_own = add_into(hbm, h_own, h * cnt, x_owned=True)
     return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
 
 

@@ -174,14 +174,21 @@ def nonneg(a: np.ndarray) -> bool:
     return bool(a.view(np.uint64).max() <= _INF_BITS)
 
 
-def add_into(acc, owned: bool, x):
-    """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
+def add_into(acc, owned: bool, x, x_owned: bool = False):
+    """(acc + x, owned): in place when acc is the caller's own array of the result's shape, or else
+    into x when ``x_owned`` (x is the caller's own new array, of the result's shape); acc None
+    stands for the initial 0.0."""
     if acc is None:
+        if x_owned and type(x) is np.ndarray and x.ndim and x.dtype == np.float64:
+            return np.add(0.0, x, out=x), True
         return 0.0 + x, True
     if owned and type(acc) is np.ndarray and acc.ndim:
         xs, sh = np.shape(x), acc.shape
         if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
             return np.add(acc, x, out=acc), True
+    if x_owned and type(x) is np.ndarray and x.ndim and x.dtype == np.float64 and \
+            np.broadcast_shapes(np.shape(acc), x.shape) == x.shape:
+        return np.add(acc, x, out=x), True
     return acc + x, True
 
 
