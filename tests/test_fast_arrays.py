@@ -154,3 +154,17 @@ def test_add_into_writes_only_arrays_it_was_given():
     y = np.array([[1.0, 2.0, 3.0]])
     got, own = add_into(None, False, y, x_owned=True)    # None: the initial 0.0
     assert got is y and _same_bits(got, 0.0 + np.array([[1.0, 2.0, 3.0]]))
+
+
+def test_broadcast_shape_is_numpys():
+    import pytest
+    from costmodel.fast.arrays import broadcast_shape
+    cases = [((), ()), ((3,), ()), ((2, 1), (1, 5)), ((4, 1, 3), (2, 1)), ((0,), (1,)), ((1,), (0,)),
+             ((5, 1, 1), (1, 7, 1), (1, 1, 2)), ((2, 3), (2, 3))]
+    for shapes in cases:
+        assert broadcast_shape(*shapes) == np.broadcast_shapes(*shapes)
+    for shapes in [((2,), (3,)), ((0,), (3,)), ((2, 3), (3, 2))]:
+        with pytest.raises(ValueError):
+            np.broadcast_shapes(*shapes)
+        with pytest.raises(ValueError):
+            broadcast_shape(*shapes)

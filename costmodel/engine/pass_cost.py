@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from costmodel.fast.arrays import add_into, bcast, max_argmax, times_broadcast
+from costmodel.fast.arrays import add_into, bcast, broadcast_shape, max_argmax, times_broadcast
 
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import AffineOp, PassShape, kernel_count, layer_ops
@@ -196,7 +196,7 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
                 continue
             # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
             a = acc[i]
-            shp = np.broadcast_shapes(np.shape(tc), mask.shape, () if a is None else np.shape(a))
+            shp = broadcast_shape(np.shape(tc), mask.shape, () if a is None else np.shape(a))
             if a is None:
                 a = np.zeros(shp)
             elif not own[i] or type(a) is not np.ndarray or a.shape != shp:

@@ -21,6 +21,24 @@ HUGE_PAGE_BYTES = 1 << 21
 _ALIGN_FROM_BYTES = 2 * HUGE_PAGE_BYTES
 
 
+def broadcast_shape(*shapes) -> tuple:
+    """np.broadcast_shapes(*shapes) for shape tuples, in Python (numpy's builds an iterator over
+    empty arrays: several microseconds, called a hundred times per sweep chunk)."""
+    out = shapes[0]
+    for s in shapes[1:]:
+        if s == out:
+            continue
+        n = max(len(s), len(out))
+        a, b = (1,) * (n - len(out)) + tuple(out), (1,) * (n - len(s)) + tuple(s)
+        dims = []
+        for x, y in zip(a, b):
+            if x != y and x != 1 and y != 1:
+                raise ValueError(f"shapes {shapes} cannot be broadcast together")
+            dims.append(y if x == 1 else x)
+        out = tuple(dims)
+    return tuple(out)
+
+
 def empty_aligned(shape, dtype=float) -> np.ndarray:
     """np.empty(shape, dtype) whose data starts on a 2 MiB boundary when it spans at least 4 MiB.
 
@@ -61,7 +79,7 @@ def add_all(total, values):
     place, so a long sum allocates one array instead of one per term."""
     own = False
     for v in values:
-        if own and type(v) is not np.ndarray or own and np.broadcast_shapes(total.shape, v.shape) == total.shape:
+        if own and type(v) is not np.ndarray or own and broadcast_shape(total.shape, v.shape) == total.shape:
             np.add(total, v, out=total)
             continue
         r = add(total, v)
@@ -84,11 +102,11 @@ def _binary(ufunc, a, b):
     if ufunc is np.add:
         for x, cz in ((a, cb), (b, ca)):
             if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and _is_pos_zero(cz) \
-                    and x.shape == np.broadcast_shapes(a.shape, b.shape) and nonneg(x):
+                    and x.shape == broadcast_shape(a.shape, b.shape) and nonneg(x):
                 return x
     if ca is a and cb is b:
         return ufunc(a, b)
-    shape = np.broadcast_shapes(a.shape, b.shape)
+    shape = broadcast_shape(a.shape, b.shape)
     r = ufunc(ca, cb)
     return r if r.shape == shape else np.broadcast_to(r, shape)
 
@@ -187,7 +205,7 @@ def add_into(acc, owned: bool, x, x_owned: bool = False):
         if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
             return np.add(acc, x, out=acc), True
     if x_owned and type(x) is np.ndarray and x.ndim and x.dtype == np.float64 and \
-            np.broadcast_shapes(np.shape(acc), x.shape) == x.shape:
+            broadcast_shape(np.shape(acc), x.shape) == x.shape:
         return np.add(acc, x, out=x), True
     return acc + x, True
 
