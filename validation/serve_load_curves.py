@@ -14,7 +14,11 @@ Engine settings each row ran with (not fitted; from the row's notes and the engi
   engine, chunked prefill off, ``max_num_batched_tokens = max(max_model_len, 2048)``, 256 sequences).
   A 2024 vLLM publication without a version runs as 0.6 (the V0 engine of that year).
   ``--num-scheduler-steps N`` and ``--max_model_len`` are taken from the notes when given.
-* SGLang rows keep ``runtime=vllm`` at its default version, as the CSV maps them (no SGLang profile).
+* SGLang rows keep ``runtime=vllm`` at its default version for the kernels, as the CSV maps them (no
+  SGLang kernel profile), and run SGLang's own scheduler defaults
+  (:func:`costmodel.serving.engines.sglang_scheduler`: up to 2048…4096 running requests from the KV
+  pool instead of vLLM's 256, prefill batches of at most 8192 tokens run alone). The KV pool is the
+  simulator's own capacity for the deployment.
 * ShareGPT rows that give no lengths: the vLLM v0.6.0 post's ShareGPT sample (500 prompts, mean
   202 input / 179 output tokens, stated in the post) — an assumption, said so in the output.
 * ShareGPT rows state mean lengths, but the benchmark sends each sampled conversation's own lengths
@@ -63,7 +67,7 @@ def engine_settings(row) -> tuple[dict, list]:
     wl, said = {}, []
     version = str(row.get("runtime_version") or "")
     version = "" if version == "nan" else version
-    sglang = "SGLang" in notes and "runtime mapped to vllm" in notes
+    sglang = is_sglang(row)
     if row.get("runtime") == "vllm" and not sglang:
         if not version and any(y in str(row.get("publication")) for y in V0_YEARS):
             version = "0.6"
@@ -85,6 +89,12 @@ def engine_settings(row) -> tuple[dict, list]:
         wl["gen_len_dist"] = f"lognormal:{float(mean_out):g}:{SHAREGPT_OUTPUT_CV:g}"
         said.append(f"ShareGPT output lengths drawn lognormal, mean {float(mean_out):g}, CV {SHAREGPT_OUTPUT_CV:g}")
     return wl, said
+
+
+def is_sglang(row) -> bool:
+    """An SGLang row (the CSV maps SGLang to ``runtime=vllm`` and says so in ``notes``)."""
+    notes = str(row.get("notes") or "")
+    return "SGLang" in notes and "runtime mapped to vllm" in notes
 
 
 def itl_is_per_request(row) -> bool:
@@ -116,6 +126,12 @@ def predict(row, max_requests):
     n = wl.get("num_requests") or (max(200, 4 * wl["max_concurrency"]) if wl.get("max_concurrency")
                                     else BENCHMARK_SERVING_PROMPTS)
     wl["num_requests"] = int(min(n, max_requests or n))
+    if is_sglang(row) and "max_num_seqs" not in wl:
+        from costmodel.inputs.model import load_model
+        from costmodel.serving.engines import SGLANG_CHUNKED_PREFILL_SIZE, sglang_scheduler
+        probe = {**wl, "num_requests": 1, "max_num_batched_tokens": SGLANG_CHUNKED_PREFILL_SIZE}
+        pool = costmodel.serve(rec, **probe)["kv_capacity_tokens"]
+        wl.update(sglang_scheduler(pool, load_model(rec["model"]).max_context))
     res = costmodel.serve(rec, **wl)
     metric = row["metric"]
     for stat in ("mean", "p50", "p90", "p99"):
