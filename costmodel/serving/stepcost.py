@@ -14,7 +14,8 @@ changes): the draft passes, draft↔target transfers and per-step host overheads
 time_per_output_token_s.
 
 Per decoding sequence the target pass takes the strategy's own verification shape
-(:func:`costmodel.engine.mixed.shape_coefficients` of ``decode_shape`` for γ+1 tokens or the tree's
+(:func:`costmodel.engine.mixed.shape_coefficients` of ``chain_verify_shape`` for γ+1 tokens, by the
+runtime's ``spec_scorer``, or the tree's
 ``verify_shape``). Tokens per step of a request with acceptance α_i: Leviathan's chain formula at
 the γ in force; a tree's τ under α_i's rank model (the tree itself is the one evaluate builds for
 the record's α); see :func:`request_alpha` for the records whose τ every request keeps.
@@ -34,7 +35,7 @@ import numpy as np
 from costmodel.engine import acceptance, memory
 from costmodel.engine.evaluate import build_exec, build_draft, evaluate_arrays, make_ctx
 from costmodel.engine.mixed import PassTable, shape_coefficients
-from costmodel.engine.strategies.common import decode_shape
+from costmodel.engine.strategies.common import chain_verify_shape
 from costmodel.engine.strategies.speculative import separate
 from costmodel.errors import InputError
 from costmodel.inputs.record import Record
@@ -67,9 +68,10 @@ class GammaCosts:
                 return verify_shape(ctx, tr, r.attention_kernel, [])
         else:
             q = 1.0 if r.strategy == "autoregressive" else gamma + 1.0
+            scorer = "multi_query" if r.strategy == "autoregressive" else sc.ex.rt.spec_scorer
 
             def shape_at(L):
-                return decode_shape(1.0, q, L)
+                return chain_verify_shape(1.0, q, L, scorer)
         self.q_tok, self.q_lm, self.p0, self.p1, self.k0, self.k1 = shape_coefficients(shape_at)
         self.slots = int(math.ceil(self.q_tok)) - 1          # speculative KV slots beyond the context
         n = np.arange(1, sc.max_num_seqs + 1, dtype=float)
