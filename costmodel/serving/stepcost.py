@@ -20,9 +20,10 @@ runtime's ``spec_scorer``, or the tree's
 the γ in force; a tree's τ under α_i's rank model (the tree itself is the one evaluate builds for
 the record's α); see :func:`request_alpha` for the records whose τ every request keeps.
 
-KV capacity of one instance (:func:`kv_capacity_tokens`): on the most loaded device,
+KV capacity of one instance (:meth:`StepCosts.kv_capacity_tokens`): on the most loaded device,
 usable − weights (target, and a draft on the same device) − activations of the largest pass −
-runtime overhead, divided by the KV bytes per token (target per device + a same-device draft's).
+runtime overhead, less what the runtime's ``kv_pool_fraction`` keeps out of the pool, divided by the
+KV bytes per token (target per device + a same-device draft's).
 """
 
 from __future__ import annotations
@@ -183,12 +184,20 @@ class StepCosts:
         return float(b)
 
     def kv_capacity_tokens(self, max_tokens: int) -> int:
+        """KV tokens the instance's pool holds (module docstring): rest = usable − weights − activations
+        − overhead on the most loaded device; the pool is ``rest`` itself, or what the runtime's
+        ``kv_pool_fraction`` f leaves: f·usable − weights − activations − overhead = rest − (1 − f)·usable
+        (basis ``total``, vLLM's gpu_memory_utilization) or f·rest (basis ``free``, TensorRT-LLM's
+        free_gpu_memory_fraction); divided by the KV bytes per token."""
         ex = self.ex
         weights = memory.weights_device_bytes(ex)
         if self.draft_ex is not None and not separate_draft(self.rec):
             weights += memory.weights_device_bytes(self.draft_ex)
         acts = float(np.ravel(memory.activation_bytes(ex, max_tokens, self.max_num_seqs * 8))[0])
         free = ex.hw.usable_bytes - weights - acts - ex.rt.memory_overhead_bytes
+        f = ex.rt.kv_pool_fraction
+        if f is not None:
+            free = free - (1.0 - f) * ex.hw.usable_bytes if ex.rt.kv_pool_basis == "total" else f * free
         cap = int(free // self.kv_bytes_per_token())
         if cap <= 0:
             raise InputError(f"the deployment leaves no memory for the KV cache on {ex.hw.id} "
