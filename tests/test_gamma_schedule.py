@@ -198,6 +198,10 @@ def test_schedule_note_says_how_tau_is_read():
     (note,) = [n for n in costmodel.evaluate(dict(SPEC, batch_size=1, gamma_schedule=SCHED))["notes"]
                if n.startswith("gamma_schedule")]
     assert "τ is read" not in note
+    # a tree given τ only reads it against its own shape (its rank model), not at a chain's γ
+    tree = dict(tau_only, strategy="tree", tree_shape="full", tree_width=2, tree_depth=3)
+    (note,) = [n for n in costmodel.evaluate(tree)["notes"] if n.startswith("gamma_schedule")]
+    assert "τ is read" not in note
 
 
 def test_passes_of_an_off_row_are_the_deployments_prefills_and_the_ar_decode():

@@ -43,3 +43,39 @@ def test_a_tp_pair_straddling_two_nodes_uses_the_network():
     hw = dataclasses.replace(_hw(), devices_per_node=3)
     assert tp_link(hw, 2, 2) is hw.network
     assert tp_link(hw, 2, 1) is hw.scale_up                # devices 0 and 1
+
+
+def test_one_device_per_node_puts_every_device_on_its_own_node():
+    # devices_per_node = 1: device i is on node i, so any TP pair crosses nodes
+    from costmodel.engine.parallel import node_of
+    assert [node_of(i, 1) for i in range(4)] == [0, 1, 2, 3]
+    hw = dataclasses.replace(_hw(), devices_per_node=1)
+    assert tp_link(hw, 2, 1) is hw.network                 # devices 0 and 1: nodes 0 and 1
+    assert tp_link(hw, 1, 1) is hw.scale_up                # no all-reduce partner
+
+
+def test_a_separate_node_draft_of_stacked_hardware_talks_over_each_devices_network():
+    # two members, the second's network 4e10 B/s and 30 µs: a draft on another node uses each
+    # member's network even though one target device leaves room in the node (1 < 8)
+    from costmodel.engine.parallel import draft_link
+    from costmodel.inputs.hardware import stack_hardware
+    a = _hw()
+    b = dataclasses.replace(a, network=dataclasses.replace(a.network, bandwidth_bytes_per_s=4e10, latency_s=3e-5))
+    stack = stack_hardware([a, b], (2,))
+    link = draft_link(stack, 1, "separate_node")
+    assert link.bandwidth_bytes_per_s.tolist() == [1e10, 4e10]
+    assert link.latency_s.tolist() == [2e-5, 3e-5]
+    # separate_device with one target device: each member's scale-up fabric (1e11 B/s, 10 µs)
+    near = draft_link(stack, 1, "separate_device")
+    assert near.bandwidth_bytes_per_s.tolist() == [1e11, 1e11]
+    assert draft_link(stack, 1, "same_device") is None
+
+
+def test_tp_link_over_an_array_of_tp_keeps_the_pipeline_stages():
+    # 8 devices per node, pp = 2: tp = 2 puts stage 1 on devices 2..3 (node 0): scale-up; tp = 6 puts
+    # stage 1 on devices 6..11, nodes 0 and 1: network (with pp = 1, devices 0..5 stay in node 0)
+    hw = _hw()
+    link = tp_link(hw, [2, 6], 2)
+    assert link.bandwidth_bytes_per_s.tolist() == [1e11, 1e10]
+    assert link.latency_s.tolist() == [1e-5, 2e-5]
+    assert tp_link(hw, [2, 6], 1).bandwidth_bytes_per_s.tolist() == [1e11, 1e11]

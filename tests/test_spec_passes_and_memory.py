@@ -48,6 +48,13 @@ def test_an_eagle3_head_runs_its_embedding_projection_every_pass_and_its_fc_once
     assert flops == {"eagle3_embed_qkv": 3 * 2 * 64 * 128 * 2, "eagle3_fc": 2 * 192 * 64 * 2}
 
 
+def test_an_eagle_chain_fuses_feature_and_embedding_on_every_pass():
+    # B = 2, γ = 3: each of the 3 head passes runs the 2d × d = 128 × 64 fusion FC over its 2 tokens
+    # (2·8192·2 FLOPs per pass), as a tree's EAGLE passes do (SafeAILab/EAGLE cnets.py: fc in every forward)
+    rows = evaluate_passes(dict(BASE, draft_model="eagle"))["draft"].cost.ops
+    assert sum(float(r[1]) for r in rows if r[0] == "eagle_fuse") == 3 * 2 * 8192 * 2
+
+
 # --------------------------------------------------------------------------- draft memory
 def test_an_eagle_heads_weights_and_kv_on_the_targets_device():
     # one decoder layer of the target's width: attention 64·128 + 64·64 = 12,288, gated FFN

@@ -194,22 +194,19 @@ def _optional(f: Fields, key: str, vals: dict, sources: list, read) -> None:
         sources.append((key, s.text("source")))
 
 
-def _gqa_attention(s: Fields) -> str:
-    """``value``: one of ``GQA_ATTENTION``."""
-    v = s.data.get("value")
-    if v not in GQA_ATTENTION:
-        raise InputError(f"unknown GQA attention kernel {v!r}", source=s.source, field=f"{s.prefix}.value",
-                         allowed=", ".join(GQA_ATTENTION))
-    return v
+def _choice(allowed: tuple, what: str):
+    """A reader of a ``value`` that must be one of ``allowed`` (an InputError naming ``what`` otherwise)."""
+    def read(s: Fields) -> str:
+        v = s.data.get("value")
+        if v not in allowed:
+            raise InputError(f"unknown {what} {v!r}", source=s.source, field=f"{s.prefix}.value",
+                             allowed=", ".join(allowed))
+        return v
+    return read
 
 
-def _tp_allreduce(s: Fields) -> str:
-    """``value``: one of ``TP_ALLREDUCE``."""
-    v = s.data.get("value")
-    if v not in TP_ALLREDUCE:
-        raise InputError(f"unknown tensor-parallel all-reduce {v!r}", source=s.source, field=f"{s.prefix}.value",
-                         allowed=", ".join(TP_ALLREDUCE))
-    return v
+_gqa_attention = _choice(GQA_ATTENTION, "GQA attention kernel")
+_tp_allreduce = _choice(TP_ALLREDUCE, "tensor-parallel all-reduce")
 
 
 def _version_key(text: str, source: str, field: str) -> tuple:

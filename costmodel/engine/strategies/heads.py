@@ -58,6 +58,14 @@ def eagle3_params(target: Model, draft_vocab_size: int | None = None) -> int:
             + h.vocab_size * d + 4 * d)
 
 
+def eagle_ops(head_ex: Exec, tokens) -> list:
+    """An EAGLE (EAGLE-1) head pass's operator besides its decoder layer: the 2d → d fusion layer of the
+    feature and the token embedding, over every token the pass drafts from, on every pass
+    (:func:`costmodel.engine.strategies.tree.eagle_fuse_op`; the chain and the tree price it alike)."""
+    from costmodel.engine.strategies.tree import eagle_fuse_op
+    return [eagle_fuse_op(head_ex, tokens)]
+
+
 def eagle3_ops(head_ex: Exec, tokens, fused_tokens) -> list:
     """The operators an EAGLE-3 pass adds to a one-layer pass of :func:`eagle3_head`: the embedding
     half of the 2·d-input q/k/v projections over ``tokens`` (split over tp like q, k, v), and the

@@ -10,6 +10,8 @@ KV bytes read per layer per step (Hydragen §3; FlashInfer cascade):
   dense_masked:  B·(P_s + n·U) read once, but every branch's query is scored against every branch's tokens
 KV stored: B·(P_s + n·U) with prefix sharing (reported) vs B·n·(P_s + U) without (``kv_cache_bytes_unshared``).
 The AR baseline decodes the same B·n sequences independently (prefix stored and read per sequence).
+Host work per sequence (``host_per_seq_s``) is paid for each of the B·n branches: each samples and
+streams its own token every step.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
     Ps = prefix_len(ctx)
     shape = branch_shape(ctx, ctx.rec.attention_kernel)
     decode = pass_cost(shape, ex)
-    step = with_step_overhead(decode, ex, seqs=ctx.B)
+    step = with_step_overhead(decode, ex, seqs=B * n)       # host work per running sequence: every branch
     U_peak = ctx.L_peak - Ps
     stored = B * (Ps + n * U_peak)
     target = memory.target_breakdown(ex, stored, [memory.prefill_footprint(ex, B, ctx.P),

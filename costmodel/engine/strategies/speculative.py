@@ -60,7 +60,8 @@ def draft_context(ctx: Ctx, L):
 def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
     """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None).
     An EAGLE-3 head's first pass also runs its fc over the B·q tokens that carry target features
-    (:func:`costmodel.engine.strategies.heads.eagle3_ops`)."""
+    (:func:`costmodel.engine.strategies.heads.eagle3_ops`); every EAGLE-1 pass its 2d → d fusion layer
+    (:func:`costmodel.engine.strategies.heads.eagle_ops`), as a tree's passes do."""
     B = ctx.B if B is None else B
     if draft is None:
         return Cost.zero(np.shape(B * ctx.P * ctx.G * ctx.gamma))
@@ -71,7 +72,12 @@ def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
         first = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, t)), draft)
         rest = pass_cost(decode_shape(B, q_per_pass, Ld, eagle3_ops(draft, t, 0.0)), draft)
         return first + rest.scale(np.asarray(n_passes, dtype=float) - 1.0)
-    extra = [mtp_projection_op(draft, B * q_per_pass)] if ctx.rec.draft_model == "mtp" else None
+    extra = None
+    if ctx.rec.draft_model == "mtp":
+        extra = [mtp_projection_op(draft, B * q_per_pass)]
+    elif ctx.rec.draft_model == "eagle":
+        from costmodel.engine.strategies.heads import eagle_ops
+        extra = eagle_ops(draft, np.asarray(B, dtype=float) * q_per_pass)
     return pass_cost(decode_shape(B, q_per_pass, Ld, extra), draft).scale(n_passes)
 
 

@@ -86,8 +86,9 @@ def eagle_exec(ex: Exec) -> Exec:
 
 
 def eagle_extra_params(target: Model) -> float:
-    """EAGLE head weights: one layer + the 2d×d fusion matrix (LM head shared with the target)."""
-    return target.attn_params_per_layer + target.expert_params + 2 * target.d_model + 2 * target.d_model ** 2
+    """EAGLE head weights: one dense layer (attention, a d_ff-wide FFN — the width :func:`eagle_head` runs,
+    also for an MoE target —, 2 norms) + the 2d×d fusion matrix (LM head shared with the target)."""
+    return target.attn_params_per_layer + target.dense_ffn_params + 2 * target.d_model + 2 * target.d_model ** 2
 
 
 def eagle_fuse_op(ex: Exec, tokens) -> Op:
