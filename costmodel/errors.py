@@ -29,6 +29,21 @@ class InputError(ValueError):
         super().__init__(shown_text(text, MAX_MESSAGE_CHARS))
 
 
+def kept(exc: InputError) -> InputError:
+    """``exc`` ready to be kept in a cache: without its traceback and context (which would keep the
+    frames that raised it, and everything they held, alive)."""
+    exc.__context__ = exc.__cause__ = None
+    return exc.with_traceback(None)
+
+
+def again(exc: InputError) -> InputError:
+    """A fresh copy of a kept InputError to raise (the same message, source, field, value, allowed)."""
+    new = type(exc).__new__(type(exc))
+    new.__dict__.update(exc.__dict__)
+    new.args = exc.args
+    return new
+
+
 #: an error message is cut to this many characters (a value is never printed in full)
 MAX_MESSAGE_CHARS = 2000
 

@@ -104,14 +104,20 @@ def test_invalid_groups_are_marked_and_valid_rows_stay_exact():
 
 def test_the_capacity_grid_is_a_few_blocks():
     """Every device of one (model, strategy, dtype) group in one block (each device takes its own
-    links inside the stack), device counts together where all are > 1 (one device has no all-reduce);
+    links inside the stack), every device count together (one device's all-reduce is 0 s element by
+    element), except under the custom all-reduce (one link type decides it for the whole stack);
     fp8 weights one block per device."""
     base = dict(SPEC, batch_size=1, prompt_len=128)
     axes = plan_axes(base, dict(hardware=GPUS, model=["llama-2-7b"], n_devices=[1, 4, 8],
                                 strategy=["autoregressive", "speculative"], batch_size=[1, 2]))
     blocks = group_blocks(base, axes)
-    assert [b.members for b in blocks] == [{"n_devices": [1, 2], "hardware": [0, 1, 2, 3]}, {"hardware": [0, 1, 2, 3]}] * 2
-    assert [b.index.get("n_devices") for b in blocks] == [None, 0] * 2 and blocks[0].counts == (4, 8)
+    assert [b.members for b in blocks] == [{"n_devices": [0, 1, 2], "hardware": [0, 1, 2, 3]}] * 2
+    assert [b.counts for b in blocks] == [(1, 4, 8)] * 2
+    axes = plan_axes(base, dict(hardware=GPUS, model=["llama-2-7b"], n_devices=[1, 4, 8],
+                                allreduce_algorithm=["custom"], batch_size=[1, 2]))
+    blocks = group_blocks(base, axes)
+    assert [b.members for b in blocks] == [{"n_devices": [1, 2], "hardware": [0, 1, 2, 3]}, {"hardware": [0, 1, 2, 3]}]
+    assert [b.index.get("n_devices") for b in blocks] == [None, 0] and blocks[0].counts == (4, 8)
     base = dict(base, model="llama-2-7b")
     axes = plan_axes(base, dict(hardware=GPUS, weight_dtype=["fp8", "int4"], batch_size=[1, 2]))
     assert [b.members["hardware"] for b in group_blocks(base, axes)] == [[0], [1], [2], [3], [0, 1, 2, 3]]
@@ -218,3 +224,41 @@ def test_stacked_rows_for_mla_moe_and_windowed_attention(model):
     ok = df[df["invalid_reason"].isna()].drop(columns="invalid_reason").reset_index(drop=True)
     assert len(ok)
     assert_every_row_is_evaluate(ok, base, axes)
+
+
+def test_one_device_all_reduce_is_zero_in_an_array_of_counts():
+    """S = 1e6 bytes over α = 1 µs, β = 1e11 B/s. ring 2(n−1)α + 2(n−1)/n·S/β: n = 2 → 2e-6 + 1e-5 =
+    1.2e-5 s, n = 8 → 1.4e-5 + 1.75e-5 = 3.15e-5 s; tree 2·log2(n)·α + 2·S/β: n = 2 → 2e-6 + 2e-5 =
+    2.2e-5 s (for n = 1 the formula would give 2e-5 s: one device runs no all-reduce, 0 s)."""
+    from costmodel.engine.parallel import allreduce_time_s
+    from costmodel.inputs.hardware import Link
+    link = Link(type="nvlink", bandwidth_bytes_per_s=1e11, latency_s=1e-6)
+    ring = allreduce_time_s(1e6, np.array([1, 2, 8]), link, "ring")
+    assert ring[0] == 0.0 and ring[1] == pytest.approx(1.2e-5, rel=1e-12) and ring[2] == pytest.approx(3.15e-5, rel=1e-12)
+    tree = allreduce_time_s(1e6, np.array([1, 2]), link, "tree")
+    assert tree[0] == 0.0 and tree[1] == pytest.approx(2.2e-5, rel=1e-12)
+    for alg in ("ring", "tree", "auto"):          # each count > 1 as alone, bit for bit
+        got = allreduce_time_s(1e6, np.array([1, 2, 8]), link, alg)
+        assert got[1] == allreduce_time_s(1e6, 2, link, alg) and got[2] == allreduce_time_s(1e6, 8, link, alg)
+
+
+@pytest.mark.parametrize("alg", ["auto", "ring", "custom"])
+def test_one_device_with_larger_counts_is_each_count_alone(alg):
+    """n_devices 1, 2, 8 in one block: every column of every row (those evaluate() leaves out
+    included: NaN or None) equals the grid of that device count alone."""
+    base = dict(SPEC, model="llama-2-7b", strategy="speculative", allreduce_algorithm=alg)
+    axes = dict(hardware=GPUS, n_devices=[1, 2, 8], batch_size=[1, 64], prompt_len=[128, 2048])
+    df = sweep(base, workers=1, **axes)
+    for n in (1, 2, 8):
+        alone = sweep(base, workers=1, **dict(axes, n_devices=[n])).reset_index(drop=True)
+        mine = df[df["n_devices"] == n].reset_index(drop=True)
+        assert len(mine) == len(alone) == 16          # 4 devices × 2 batches × 2 prompts
+        for c in df.columns:
+            if c not in alone.columns:
+                assert mine[c].isna().all(), (n, c)
+                continue
+            a, b = mine[c].to_numpy(), alone[c].to_numpy()
+            if a.dtype.kind == "f":
+                assert np.array_equal(a.view(np.int64), b.astype(float).view(np.int64)), (n, c)
+            else:
+                assert list(a) == list(b), (n, c)

@@ -18,6 +18,7 @@ from costmodel.inputs import rules
 from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
 from costmodel.inputs.model import load_model
 from costmodel.inputs.record import Record, _empty, convert, parse_record
+from costmodel.analysis.sweep_parse import _PARSED, _SOURCE, _any_row, _label, _parse
 
 #: most values one axis may have (a range is counted before its values are built)
 MAX_AXIS_VALUES = 1_000_000
@@ -29,7 +30,6 @@ BYTES_PER_ROW = 1024
 LIST_FIELDS = ("rank_acceptance", "tree_parents")
 #: fields whose value is read from the record (not the arrays) by a strategy: looped per value there
 TREE_LOOP = ("acceptance_rate", "mean_accepted_tokens")
-_SOURCE = "sweep"
 
 # ----------------------------------------------------------------------------------------- axes
 
@@ -243,16 +243,6 @@ def plan_axes(base: dict, axes: dict, strict: bool = True, in_memory: bool = Tru
     return out
 
 
-def _label(pairs) -> str:
-    return f"{_SOURCE} ({', '.join(f'{k}={_show(v)}' for k, v in pairs)})" if pairs else _SOURCE
-
-
-def _show(v):
-    if isinstance(v, (list, tuple)):
-        return ",".join(str(x) for x in v)
-    return v
-
-
 def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Block]:
     """Parse one record per group (and per looped value), recording canonical axis values. A group
     whose record is refused (or whose model does not split over its devices) raises, or with
@@ -264,13 +254,17 @@ def group_blocks(base: dict, axes: list[Axis], strict: bool = True) -> list[Bloc
     hw = next((a for a in group if a.name == "hardware" and len(a.raw) > 1
                and all(isinstance(v, str) for v in a.raw)), None)
     nd = next((a for a in group if a.name == "n_devices" and len(a.raw) > 1), None)
-    if hw is not None or nd is not None:
-        try:
-            return _blocks(base, axes, strict, hw, nd)
-        except InputError:
-            if not strict:
-                raise
-    return _blocks(base, axes, strict, None, None)     # raises at the first refused group
+    token = _PARSED.set({})
+    try:
+        if hw is not None or nd is not None:
+            try:
+                return _blocks(base, axes, strict, hw, nd)
+            except InputError:
+                if not strict:
+                    raise
+        return _blocks(base, axes, strict, None, None)     # raises at the first refused group
+    finally:
+        _PARSED.reset(token)
 
 
 def _blocks(base: dict, axes: list[Axis], strict: bool, hw, nd) -> list[Block]:
@@ -357,46 +351,6 @@ def runs(where: tuple):
             out.append((where[:i] + (slice(idx[start], idx[end - 1] + 1),) + where[i + 1:], k, (start, end)))
             start = end
     return out
-
-
-def _any_row(base: dict, gvals: dict, numeric: list[Axis]):
-    """The record of a row of the group after its first (the first may be the invalid one: any row
-    that parses will do; the numeric axes are arrays whose invalid rows check_block marks), or None.
-    None at once when the first row parses but its model does not run on its devices: that does
-    not depend on the numeric fields."""
-    try:
-        _parse({**base, **gvals, **{a.name: a.values[0] for a in numeric}}, list(gvals.items()))
-        return None
-    except InputError:
-        pass
-    rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
-    return next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
-                                             list(gvals.items())) for r in rows)), None)
-
-
-def _parse_or_none(d: dict, pairs):
-    try:
-        return _parse(d, pairs, execs=True)
-    except InputError:
-        return None
-
-
-def _parse(d: dict, pairs, execs: bool = False) -> Record:
-    """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
-    not split over the devices is refused here, before anything is evaluated)."""
-    try:
-        rec = parse_record(d, source=_label(pairs))
-    except InputError:
-        raise
-    except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
-        raise InputError(str(exc), source=_label(pairs)) from None
-    if execs:
-        from costmodel.engine.evaluate import _execs
-        try:
-            _execs(rec)
-        except InputError as exc:
-            raise InputError(str(exc), source=_label(pairs)) from None
-    return rec
 
 
 def canonical_value(v):

@@ -2,7 +2,7 @@
 :class:`~costmodel.inputs.hardware.HardwareStack` (device numbers as arrays along its dimension)
 and the ``n_devices`` axis as an array of device counts, so that one block of the sweep covers every
 device and device count the engine prices alike (:func:`costmodel.engine.evaluate.hardware_signature`;
-counts all one or all several); and the ``weight_dtype`` axis as a
+one device with the larger counts, its all-reduce 0 s); and the ``weight_dtype`` axis as a
 :class:`~costmodel.inputs.dtypes.WeightDtypes` where its values share a
 :func:`~costmodel.inputs.dtypes.stack_signature` (:func:`stack_dtypes`). Used by
 :func:`costmodel.analysis.sweep_grid.group_blocks`."""
@@ -12,30 +12,37 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, _any_row, _label, _parse, canonical_value
+from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, canonical_value
+from costmodel.analysis.sweep_parse import _any_row, _label, _parse, parse_one_changed
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
 
 
 def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict: bool):
     """(blocks, the n_devices value indices left to price one by one): contiguous runs of two or more
-    device counts whose records parse and that the engine prices alike (all one device or all
-    several, tensor parallel over the n devices, one pipeline stage, no draft device of its own:
-    ``n_devices_total`` would differ) become blocks with the device counts as an array."""
+    device counts whose records parse and that the engine prices alike (tensor parallel over the n
+    devices, one pipeline stage, no draft device of its own: ``n_devices_total`` would differ) become
+    blocks with the device counts as an array. One device joins the larger counts (its all-reduce is
+    0 s element by element: ``engine.parallel.allreduce_time_s``) except under the custom all-reduce,
+    which decides on the stack's link type once for every count."""
     group = [a for a in axes if not a.numeric]
     first = {a.name: a.values[0] for a in axes if a.numeric}
     recs = []
+    rec0 = None                       # the first count's record, the others parsed from it (one field)
     for j in range(len(nd.raw)):
         g = {a.name: a.raw[0 if a is hw else j if a is nd else index[a.name]] for a in group}
+        d, pairs = {**base, **g, **first}, list(g.items())
         try:
-            r = _parse({**base, **g, **first}, list(g.items()), execs=True)
+            if rec0 is None:
+                rec0 = _parse(d, pairs)
+            r = parse_one_changed(rec0, "n_devices", d, pairs, execs=True)
         except InputError:
             r = None
         ok = r is not None and r.tensor_parallel is None and r.pipeline_parallel == 1 and \
             (r.expert_parallel or 1) == 1 and \
             r.strategy in ("autoregressive", "speculative", "shared_prefix") and \
             (r.draft_placement == "same_device" or r.draft_model in ("none", "medusa", "self"))
-        recs.append((r.n_devices > 1) if ok else None)
+        recs.append(None if not ok else "one" if r.n_devices == 1 and _custom_allreduce(r) else "tp")
     blocks, left, j = [], [], 0
     while j < len(recs):
         k = j
@@ -48,6 +55,12 @@ def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict:
             blocks.extend(got)
         j = k + 1
     return blocks, left
+
+
+def _custom_allreduce(rec) -> bool:
+    from costmodel.engine.evaluate import allreduce_for
+    from costmodel.inputs.runtime import load_runtime
+    return allreduce_for(rec, load_runtime(rec.runtime)) == "custom"
 
 
 def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool = True, run=None):
@@ -88,8 +101,8 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
         return None
     # the run's other device counts (they parse: device_runs)
-    ns = [rec.n_devices] + [_parse({**base, **gvals(0, c), **first}, list(gvals(0, c).items())).n_devices
-                            for c in counts[1:]]
+    ns = [rec.n_devices] + [parse_one_changed(rec, "n_devices", {**base, **gvals(0, c), **first},
+                                              list(gvals(0, c).items())).n_devices for c in counts[1:]]
     loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
     vec = [a.name for a in axes if a is hw or a is nd or (a.numeric and a not in loop)]
     blocks = []
@@ -133,10 +146,18 @@ def _first_valid_row(base: dict, numeric: list, first: dict, index: dict, n_hw: 
         return None
     rec = _any_row(base, gvals(0), numeric)
     if rec is None:                   # no row parses: refused for every device alike
+        try:                          # its first row's record (refused when its Exec is built)
+            rec0 = _parse({**base, **gvals(0), **first}, list(gvals(0).items()))
+        except InputError:
+            rec0 = None
         blocks = []
         for j in range(n_hw):
+            g = gvals(j)
             try:
-                _parse({**base, **gvals(j), **first}, list(gvals(j).items()), execs=True)
+                if rec0 is None or j == 0:
+                    _parse({**base, **g, **first}, list(g.items()), execs=True)
+                else:                 # the same mapping with another device: one field parsed
+                    parse_one_changed(rec0, "hardware", {**base, **g, **first}, list(g.items()), execs=True)
                 return None
             except InputError as exc:
                 blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),

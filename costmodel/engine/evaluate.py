@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from costmodel.inputs import dtypes
-from costmodel.errors import InputError
+from costmodel.errors import InputError, again, kept
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine import memory
@@ -128,24 +128,55 @@ def build_draft(rec: Record, ex: Exec):
 #: the record fields that decide build_exec / build_draft (all but the numeric axes)
 _EXEC_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name not in NUMERIC_AXES)
 _EXEC_CACHE: dict = {}
+#: (the last record asked about, its Execs): a stacked record (devices or dtypes as arrays) is not
+#: hashable, and an evaluation asks about its record a few dozen times
+_EXEC_LAST: list = [(None, None)]
 
 
 def _execs(rec: Record):
     """(build_exec(rec), build_draft(rec, ·)), cached on the fields that decide them: Exec is
-    immutable and the spec loaders already cache by path, so this only skips the id resolution."""
+    immutable and the spec loaders already cache by path, so this only skips the id resolution.
+    Their InputError is cached alike and raised again as a copy (a sweep marks a refused group's
+    rows device by device, each device asking again)."""
+    last = _EXEC_LAST[0]
+    if last[0] is rec:                   # the record the evaluation in progress asked about (frozen)
+        return last[1]
     key = tuple(getattr(rec, f) for f in _EXEC_FIELDS)
     try:
         hit = _EXEC_CACHE.get(key)
-    except TypeError:                    # a field holds an unhashable object (e.g. a Hardware)
-        ex = build_exec(rec)
-        return ex, build_draft(rec, ex)
-    if hit is None:
+    except TypeError:                    # a field holds an unhashable object (e.g. a HardwareStack)
         ex = build_exec(rec)
         hit = (ex, build_draft(rec, ex))
+        _EXEC_LAST[0] = (rec, hit)
+        return hit
+    if hit is None:
+        try:
+            ex = build_exec(rec)
+            hit = (ex, build_draft(rec, ex))
+        except InputError as exc:
+            if not _specs_load(rec):        # a spec file may be fixed and asked for again: not kept
+                raise
+            hit = kept(exc)                 # a refusal of specs that load is as fixed as an Exec
         if len(_EXEC_CACHE) >= 1024:
             _EXEC_CACHE.clear()
         _EXEC_CACHE[key] = hit
+    if isinstance(hit, InputError):
+        raise again(hit)
+    _EXEC_LAST[0] = (rec, hit)
     return hit
+
+
+def _specs_load(rec: Record) -> bool:
+    """Whether the record's model, device, runtime and named draft all load (the loaders' caches)."""
+    try:
+        load_model(rec.model)
+        load_hardware(rec.hardware, rec.power_mode)
+        load_runtime(rec.runtime)
+        if rec.draft_model not in WEIGHTLESS_DRAFTS and rec.draft_model not in ("none", "self", "mtp"):
+            load_model(rec.draft_model, field="draft_model")
+    except Exception:          # noqa: BLE001 - any failure to load: the refusal is not cached
+        return False
+    return True
 
 
 def check_context(rec: Record, model, arrays: dict | None = None) -> None:

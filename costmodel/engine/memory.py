@@ -51,8 +51,14 @@ def weights_total_bytes(ex: Exec) -> float:
     token embedding and (untied) LM head in their own formats (``Exec.embedding_w_bytes``,
     ``Exec.lm_head_w_bytes``). Equals n_params · bytes per element for unquantised dtypes.
     Dense-FFN and MoE layers are summed per kind (``Model.n_dense_layers``, ``Model.n_moe_layers``)."""
-    if ex.dtype_members:                  # stacked weight dtypes: each member's own sum
-        return ex.per_weight_dtype(weights_total_bytes)
+    if ex.dtype_members:                  # stacked weight dtypes: each member's own sum, kept (read-only)
+        got = ex.__dict__.get("_weights_total_bytes")
+        if got is None:
+            got = ex.per_weight_dtype(weights_total_bytes)
+            if isinstance(got, np.ndarray):
+                got.flags.writeable = False
+            ex.__dict__["_weights_total_bytes"] = got
+        return got
     m = ex.model
     if not ex.quantised:
         return m.n_params * ex.w_bytes

@@ -306,7 +306,7 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     ops.extend(_attention_ops(shape, ex, t))
     ops.append(gemm("o_proj", m.o_dim / tp * d, t, m.o_dim / tp, d, ex))
     ops.extend(_ffn_ops(ex, t, t_stage))
-    if np.all(np.greater(tp, 1)):       # (an array of device counts is all 1 or all > 1)
+    if np.any(np.greater(tp, 1)):       # (an array of device counts: 0 s where a count is 1)
         from costmodel.engine.parallel import allreduce_time_s, tp_link
         msg = t * d * act
         # with attention data parallelism the MoE layers combine by all-to-all, not by all-reduce

@@ -106,9 +106,27 @@ def _as_float(name, v, src):
     return v
 
 
+#: (field, text) -> its converted value: a field's conversion depends on the text alone (the
+#: source only names where an error is), so text seen before is looked up (a sweep parses the same
+#: ids and choices for hundreds of records)
+_FROM_TEXT: dict = {}
+
+
 def convert(name: str, v, src: str = "record"):
     """One field's value from text or a number, checked against its type, choices and range
     (:mod:`costmodel.inputs.fields`); InputError otherwise. ``v`` must not be empty (see ``_empty``)."""
+    if type(v) is str:
+        hit = _FROM_TEXT.get((name, v))
+        if hit is None:
+            hit = _convert(name, v, src)
+            if len(_FROM_TEXT) >= 4096:
+                _FROM_TEXT.clear()
+            _FROM_TEXT[(name, v)] = hit
+        return hit
+    return _convert(name, v, src)
+
+
+def _convert(name: str, v, src: str):
     kind = BY_NAME[name].kind
     if kind == "int":
         return _as_int(name, v, src)
@@ -231,3 +249,16 @@ def parse_record(data, source: str = "record", allow_meta: bool = False) -> Reco
     rec = Record(**kw)
     rules.check(rec, source)
     return rec
+
+
+def parse_changed(rec: Record, name: str, value, source: str = "record") -> Record:
+    """``parse_record`` of the mapping that parsed into ``rec`` with field ``name`` set to ``value``
+    (not empty): every other field's conversion is pure and passed before, so only ``value`` is
+    converted and the rules that tie fields together are checked again; the same record, or the same
+    InputError, as parsing the whole mapping."""
+    v = convert(name, value, source)
+    new = object.__new__(Record)            # rec's fields with one replaced (what Record(**kw) holds)
+    new.__dict__.update(rec.__dict__)
+    object.__setattr__(new, name, v)
+    rules.check(new, source)
+    return new

@@ -1,0 +1,140 @@
+"""Parsing a sweep's group records for its plan: the labels that name a group in messages, and
+:func:`_parse` (``parse_record``, and the model's and draft's execution), each distinct record parsed
+once per plan; a record that differs from one parsed before in one field parses that field alone
+(:func:`parse_one_changed`). Used by :mod:`costmodel.analysis.sweep_grid` and
+:mod:`costmodel.analysis.sweep_stack`."""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+
+from costmodel.errors import InputError, again, kept
+from costmodel.inputs.record import Record, parse_record
+
+#: the source named by a sweep's messages
+_SOURCE = "sweep"
+
+def _label(pairs) -> str:
+    pairs = tuple(pairs)
+    if all(type(v) is str or type(v) is int for _k, v in pairs):      # kept: text and ints label alike
+        hit = _LABELS.get(pairs)
+        if hit is None:
+            if len(_LABELS) >= 4096:
+                _LABELS.clear()
+            hit = _LABELS[pairs] = _label_now(pairs)
+        return hit
+    return _label_now(pairs)
+
+
+_LABELS: dict = {}
+
+
+def _label_now(pairs) -> str:
+    return f"{_SOURCE} ({', '.join(f'{k}={_show(v)}' for k, v in pairs)})" if pairs else _SOURCE
+
+
+def _show(v):
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return v
+
+
+
+def _any_row(base: dict, gvals: dict, numeric: list):
+    """The record of a row of the group after its first (the first may be the invalid one: any row
+    that parses will do; the numeric axes are arrays whose invalid rows check_block marks), or None.
+    None at once when the first row parses but its model does not run on its devices: that does
+    not depend on the numeric fields."""
+    try:
+        _parse({**base, **gvals, **{a.name: a.values[0] for a in numeric}}, list(gvals.items()))
+        return None
+    except InputError:
+        pass
+    rows = itertools.islice(itertools.product(*(a.values for a in numeric)), 1, 256)
+    return next(filter(None, (_parse_or_none({**base, **gvals, **dict(zip((a.name for a in numeric), r))},
+                                             list(gvals.items())) for r in rows)), None)
+
+
+def _parse_or_none(d: dict, pairs):
+    try:
+        return _parse(d, pairs, execs=True)
+    except InputError:
+        return None
+
+
+#: one plan's parsed records and refusals (:func:`group_blocks`): the plan asks for the same record
+#: several times (a device count's run, then its block; a refused group's device count, then its
+#: devices); parse_record is pure, so the answer is looked up, the refusal re-raised as a copy
+_PARSED: contextvars.ContextVar = contextvars.ContextVar("sweep_parsed", default=None)
+
+
+def _parse(d: dict, pairs, execs: bool = False) -> Record:
+    """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
+    not split over the devices is refused here, before anything is evaluated). Within one plan
+    each distinct (mapping, label, ``execs``) is parsed once."""
+    memo = _PARSED.get()
+    if memo is None:
+        return _parse_now(d, pairs, execs)
+    try:
+        key = (tuple(d.items()), tuple(pairs), execs)
+        hit = memo.get(key)
+    except TypeError:                     # an unhashable value (a list): parsed every time
+        return _parse_now(d, pairs, execs)
+    if hit is None:
+        try:
+            hit = memo[key] = _parse_now(d, pairs, execs)
+        except InputError as exc:
+            memo[key] = kept(exc)
+            raise again(exc) from None
+    if isinstance(hit, InputError):
+        raise again(hit)
+    return hit
+
+
+def _parse_now(d: dict, pairs, execs: bool) -> Record:
+    try:
+        rec = parse_record(d, source=_label(pairs))
+    except InputError:
+        raise
+    except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
+        raise InputError(str(exc), source=_label(pairs)) from None
+    return _with_execs(rec, pairs) if execs else rec
+
+
+def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = False) -> Record:
+    """``_parse(d, pairs, execs)`` where ``d`` is the mapping that parsed into ``rec`` with field
+    ``name`` changed (:func:`costmodel.inputs.record.parse_changed`: the same record or error, one
+    field parsed), kept in the plan's lookup like any parse."""
+    v = d[name]
+    if isinstance(v, str) and not v.strip() or v is None:
+        return _parse(d, pairs, execs)
+    memo = _PARSED.get()
+    try:
+        key = (tuple(d.items()), tuple(pairs), execs)
+        hit = None if memo is None else memo.get(key)
+    except TypeError:
+        memo = hit = None
+    if hit is None:
+        from costmodel.inputs.record import parse_changed
+        try:
+            hit = parse_changed(rec, name, v, _label(pairs))
+            if execs:
+                hit = _with_execs(hit, pairs)
+        except InputError as exc:
+            hit = kept(exc)
+        if memo is not None:
+            memo[key] = hit
+    if isinstance(hit, InputError):
+        raise again(hit)
+    return hit
+
+
+def _with_execs(rec: Record, pairs) -> Record:
+    """``rec`` once the model's and draft's execution build (InputError naming the group otherwise)."""
+    from costmodel.engine.evaluate import _execs
+    try:
+        _execs(rec)
+    except InputError as exc:
+        raise InputError(str(exc), source=_label(pairs)) from None
+    return rec
