@@ -19,6 +19,8 @@ from __future__ import annotations
 import csv
 import os
 
+import build_serving_vllm_nvidia as vllm_nvidia
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 COLUMNS = ["id", "source_group", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "kv_dtype", "runtime",
@@ -474,6 +476,10 @@ def main():
     sglang_rows()
     llamacpp_rows()
     mlc_rows()
+    # vLLM static-batch latency on NVIDIA GPUs (build_serving_vllm_nvidia.py), appended after the older
+    # tables so their row ids stay as they were
+    vllm_nvidia.vllm_pr2192_rows(add, fmt)
+    vllm_nvidia.vllm_ci_rows(add, fmt)
     for i, r in enumerate(ROWS, start=1):
         r["id"] = f"VS{i:03d}"
     keep = [r for r in ROWS if excluded_reason(r) is None]
