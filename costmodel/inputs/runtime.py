@@ -10,6 +10,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve
 
@@ -90,6 +92,11 @@ class Runtime:
     #: host seconds per running sequence per step that the device waits for (per-sequence output
     #: processing on the critical path)
     host_per_seq_s: float = 0.0
+    #: host seconds per step per worker rank beyond the first: an engine that runs one worker process
+    #: per device hands every step's schedule to each of them (vLLM's multiprocess executor: a
+    #: shared-memory broadcast, and every rank prepares its inputs and samples) and the step waits for
+    #: the last one, so the per-step host work grows with the ranks (``step_host_s``; 0 when not given)
+    step_overhead_per_rank_s: float = 0.0
     #: the engine's scheduler defaults (``SCHEDULER_KEYS``) as sorted (key, value) pairs; the serving
     #: layer uses them for the workload fields not given. ``max_num_batched_tokens`` may be
     #: ``max_model_len`` (the model's context, at least 2048: vLLM V0 without chunked prefill)
@@ -104,6 +111,14 @@ class Runtime:
         steps per invocation (the version's default when not given)."""
         n = steps_per_schedule or self.scheduler_default("num_scheduler_steps", 1)
         return self.host_step_s / n + self.host_per_seq_s * seqs
+
+    def step_host_s(self, ranks=1):
+        """Host seconds every step waits for besides the engine version's (``host_s``):
+        step_overhead_s + step_overhead_per_rank_s · (ranks − 1), ranks the worker processes of one
+        instance (its devices: tensor × pipeline parallel)."""
+        if not self.step_overhead_per_rank_s:
+            return self.step_overhead_s
+        return self.step_overhead_s + self.step_overhead_per_rank_s * (np.asarray(ranks, dtype=float) - 1.0)
 
     def spec_host_ops(self, method: str) -> float:
         return dict(self.spec_step_host_ops).get(method, 0.0)
@@ -131,7 +146,8 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
-            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "tp_allreduce")
+            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "tp_allreduce",
+            "step_overhead_per_rank_s")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 TP_ALLREDUCE = ("auto", "custom")
 KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL + ("default_version", "versions")
@@ -164,6 +180,8 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
     _optional(f, "sm_bandwidth_bytes_per_s", vals, sources, lambda s: s.num("value", min_value=1e8, max_value=1e12))
     # seconds: a second per step would be a unit mistake
     _optional(f, "spec_step_overhead_s", vals, sources, lambda s: s.num("value", min_value=0, max_value=1.0))
+    # seconds per step per rank: 0.1 s would be a unit mistake
+    _optional(f, "step_overhead_per_rank_s", vals, sources, lambda s: s.num("value", min_value=0, max_value=0.1))
     for k in ("spec_step_host_ops", "spec_step_syncs"):
         _optional(f, k, vals, sources, _per_method)
     for dt in ("int4", "int8"):
