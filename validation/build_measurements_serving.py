@@ -26,7 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 COLUMNS = ["id", "source_group", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "kv_dtype", "runtime",
            "batch_size", "prompt_len", "gen_len", "strategy", "draft_model", "draft_kv_budget", "gamma",
            "acceptance_rate", "mean_accepted_tokens", "tree_nodes", "tree_depth", "tree_parents", "power_mode",
-           "source", "source_locator", "reliability", "calibrate", "notes", "publication", "throughput_definition"]
+           "source", "source_locator", "reliability", "calibrate", "notes", "publication", "throughput_definition",
+           "allreduce_algorithm"]
 
 ROWS: list = []
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 # (1) vllm-project/vllm PR #2192 'Custom all reduce kernels' (hanzhi713, 2023-12-19; merged 2024-01-27,
 # between v0.2.7 and v0.3.0): benchmark_latency with input 256 / output 256, '--num-iters 5', columns
 # 'L before (s)' (NCCL all-reduce) and 'L after (s)' (the PR's custom all-reduce, vLLM's default since).
-# Only the 'after' column is a row: a record's allreduce_algorithm 'auto' is the runtime's own
-# all-reduce, so the 'before' (NCCL) latency could only be expressed by pinning ring or tree, which NCCL's
-# tuner chooses per message and the PR does not report; the 'before' values are kept in the notes.
+# Only the 'after' column is a row, pinned to allreduce_algorithm custom (the kernel it measures,
+# whatever the profile's default); the 'before' (NCCL) latency could only be expressed by pinning ring
+# or tree, which NCCL's tuner chooses per message and the PR does not report; the 'before' values are
+# kept in the notes.
 # Engine: V0 with CUDA graphs (PR 1926, v0.2.6), offline LLM class (no API server) -> runtime vllm@0.6, the
 # V0 profile whose host work is scheduling and input preparation (3.8 ms a step) plus per-sequence output
 # processing, without the HTTP server of vllm@0.5.
@@ -44,13 +45,13 @@ def vllm_pr2192_rows(add, fmt):
     for label, model, hw, gpu, hw_note, tp, b, before, after in VLLM2192:
         add(source_group="vllm-pr2192-latency", metric="e2e_latency_s", value=fmt(after), model=model,
             hardware=hw, n_devices=tp, weight_dtype="fp16", kv_dtype="fp16", runtime="vllm@0.6", batch_size=b,
-            prompt_len=256, gen_len=256, strategy="autoregressive",
+            prompt_len=256, gen_len=256, strategy="autoregressive", allreduce_algorithm="custom",
             source_locator=(f"github vllm-project/vllm PR #2192, description, table 'Latency and memory', row "
                             f"{label} / {gpu} / TP {tp} / BS {b}, column 'L after (s)'"),
             reliability="table value (PR description)",
             notes=(f"vLLM benchmark_latency.py at the PR branch (V0 engine, CUDA graphs, offline LLM class): one "
                    f"batch of {b} prompts of 256 tokens, 256 output tokens, mean of 5 iterations; the PR's custom "
-                   f"all-reduce (record allreduce_algorithm auto = the runtime's own); the same table gives "
+                   f"all-reduce (allreduce_algorithm custom); the same table gives "
                    f"{before} s with NCCL ('L before (s)'), not a row (see the builder); {hw_note}; "
                    f"'{label}' mapped to {model}; fp16 weights and KV cache (vLLM dtype 'auto' of the "
                    "float16 checkpoints)"),
