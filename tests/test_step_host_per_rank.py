@@ -82,3 +82,13 @@ def test_out_of_range_per_rank_host_work_is_an_input_error(tmp_path, value):
     p.write_text(open(f"{D}/unit-rt.yaml").read() + f"step_overhead_per_rank_s: {{value: {value}, source: test}}\n")
     with pytest.raises(InputError, match="step_overhead_per_rank_s"):
         load_runtime(str(p))
+
+
+def test_per_rank_values_as_an_array_evaluate_at_once():
+    """Calibration evaluates many parameter values in one array: 1 ms + [0, 0.5, 1] ms × (4 − 1)
+    = [1, 2.5, 4] ms."""
+    import dataclasses
+    import numpy as np
+    rt = dataclasses.replace(load_runtime("vllm"), step_overhead_s=1.0e-3,
+                             step_overhead_per_rank_s=np.array([0.0, 5.0e-4, 1.0e-3]))
+    assert np.allclose(rt.step_host_s(4), [1.0e-3, 2.5e-3, 4.0e-3], rtol=0, atol=1e-15)

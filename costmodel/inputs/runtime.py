@@ -116,9 +116,10 @@ class Runtime:
         """Host seconds every step waits for besides the engine version's (``host_s``):
         step_overhead_s + step_overhead_per_rank_s · (ranks − 1), ranks the worker processes of one
         instance (its devices: tensor × pipeline parallel)."""
-        if not self.step_overhead_per_rank_s:
+        per_rank = self.step_overhead_per_rank_s       # an array while calibration evaluates many values
+        if np.ndim(per_rank) == 0 and not per_rank:
             return self.step_overhead_s
-        return self.step_overhead_s + self.step_overhead_per_rank_s * (np.asarray(ranks, dtype=float) - 1.0)
+        return self.step_overhead_s + per_rank * (np.asarray(ranks, dtype=float) - 1.0)
 
     def spec_host_ops(self, method: str) -> float:
         return dict(self.spec_step_host_ops).get(method, 0.0)
