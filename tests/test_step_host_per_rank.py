@@ -92,3 +92,13 @@ def test_per_rank_values_as_an_array_evaluate_at_once():
     rt = dataclasses.replace(load_runtime("vllm"), step_overhead_s=1.0e-3,
                              step_overhead_per_rank_s=np.array([0.0, 5.0e-4, 1.0e-3]))
     assert np.allclose(rt.step_host_s(4), [1.0e-3, 2.5e-3, 4.0e-3], rtol=0, atol=1e-15)
+
+
+def test_v0_versions_do_not_take_the_v1_per_rank_figure():
+    """The per-rank figure describes V1's multiprocess executor; the V0 entries (vllm@0.5, vllm@0.6)
+    set their own (0: no source gives V0's), so a 4-GPU V0 step waits step_overhead_s + 0 × 3 beside
+    its version's host work."""
+    assert load_runtime("vllm").step_overhead_per_rank_s > 0
+    for v in ("vllm@0.5", "vllm@0.6"):
+        rt = load_runtime(v)
+        assert rt.step_overhead_per_rank_s == 0.0 and rt.step_host_s(4) == rt.step_overhead_s

@@ -39,10 +39,10 @@ What the fitted parameters stand for (see validation/REPORT.md for values):
   its range moves no prediction by 2 %) keeps its prior (:func:`identifiable`).
 * ``bandwidth_efficiency``: achieved fraction of the hardware's measured stream bandwidth for the
   runtime's decode kernels; ``step_overhead_s``: per-step host work (scheduler, sampling).
-* vLLM ``step_overhead_per_rank_s``: per-step host work per worker rank beyond the first. vLLM runs
-  one worker process per device above one (the multiprocess executor; V0 likewise broadcasts each
-  step's inputs to its workers): every step's schedule is handed to each rank, each prepares its own
-  inputs and samples, and the step waits for the last. Without it the fit learns one constant from
+* vLLM ``step_overhead_per_rank_s``: per-step host work per worker rank beyond the first. vLLM V1
+  runs one worker process per device above one (the multiprocess executor): every step's schedule is
+  handed to each rank, each prepares its own inputs and samples, and the step waits for the last
+  (the V0 entries, ``vllm@0.5``/``0.6``, set their own figure: 0, none is published). Without it the fit learns one constant from
   the 8-GPU MI300X rows (32 of vLLM's calibration rows) and charges it to one-GPU engines too.
 * llama.cpp ``sm_bandwidth_bytes_per_s``: what one SM's share of ggml's GEMV kernels streams (its
   bytes in flight over the DRAM latency, Little's law; the latency is taken as the same on every GPU,
