@@ -204,12 +204,13 @@ F180 = [(960, 128, 128, 3803), (192, 128, 2048, 2941), (96, 128, 4096, 1946)]
 
 
 def trt_rows():
+    # the 0.9 tables run as trt-llm@0.9 (the page states version 0.9.0), as the CSV has them
     for gpu, model, b, tp, isl, osl, v in TRT09_TPUT:
         hw, dt = TRT_HW[gpu]
         prec = "FP8" if dt == "fp8" else "FP16"
         total = v * tp
         add(source_group=f"trtllm09-tput-{gpu.lower()}", metric="tokens_per_s_e2e", value=fmt(total),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=b,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm@0.9", batch_size=b,
             prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT09.format(gpu=gpu, prec=prec, model=model, b=b, tp=tp, isl=isl, osl=osl),
             reliability="table value" if tp == 1 else "table value x TP (per-GPU figure times TP)",
@@ -221,7 +222,7 @@ def trt_rows():
         hw, dt = TRT_HW[gpu]
         prec = "FP8" if dt == "fp8" else "FP16"
         add(source_group=f"trtllm09-ttft-{gpu.lower()}", metric="ttft_s", value=fmt(ms / 1000.0),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=1,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm@0.9", batch_size=1,
             prompt_len=isl, gen_len=1, strategy="autoregressive",
             source_locator=(f"github NVIDIA/TensorRT-LLM docs/source/performance.md (v0.9.0 revision; search-index "
                             f"file id 5995251461) '## Low Latency' table '### {gpu} GPUs ({prec})', row {model} / "
