@@ -65,6 +65,7 @@ from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
 from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import check_output, write_frame
+from costmodel.fast.arrays import empty_aligned
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, record_head, record_tail
@@ -77,9 +78,11 @@ from costmodel.inputs.record import Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
-#: rows per evaluate_arrays call in process: 32768-element arrays (256 KiB) stay in cache, which
-#: makes each array operation 2-3x faster than on million-element arrays
-CHUNK_ROWS = 1 << 15
+#: rows per evaluate_arrays call in process: 65536-element arrays (512 KiB) stay in the caches,
+#: which makes each array operation 2-3x faster than on million-element arrays, and are large
+#: enough that the ~1 ms of Python per evaluation is a small part of it (32768 rows: ~10 % slower
+#: on the 1 M-row sweeps of benchmarks/bench_goals.py, 262144: ~40 % slower)
+CHUNK_ROWS = 1 << 16
 #: rows per Dask task (each task evaluates its rows in CHUNK_ROWS pieces): 2**20 rows of ~45
 #: columns is ~0.4 GB of results per task
 DEFAULT_CHUNK_ROWS = 1 << 20
@@ -460,12 +463,21 @@ def _base_dict(base_record) -> dict:
     return dict(base_record)
 
 
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """np.ascontiguousarray(a), a large copy on huge pages (fast.arrays.empty_aligned)."""
+    if a.flags.c_contiguous or a.dtype.hasobject:
+        return np.ascontiguousarray(a)
+    out = empty_aligned(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out
+
+
 def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int = 1,
                  on_invalid: str = "error"):
     import pandas as pd
 
     names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
-    data = {n: np.ascontiguousarray(axis_cols[n]).reshape(-1) for n in names}
+    data = {n: _contiguous(axis_cols[n]).reshape(-1) for n in names}
     for k, a in cols.cols.items():
         data[k] = a.reshape(-1)
     if on_invalid == "mark":

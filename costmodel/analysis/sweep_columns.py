@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.engine.roofline import BOUNDS
+from costmodel.fast.arrays import empty_aligned
 
 # ----------------------------------------------------------------------------------------- columns
 
@@ -52,9 +53,12 @@ class Columns:
         kind = value_kind(value)
         if a is None:
             if kind == "f":
-                a = np.full(self.shape, np.nan) if self.multi else np.empty(self.shape)
+                a = empty_aligned(self.shape)
+                if self.multi:
+                    a.fill(np.nan)
             elif kind in "bi":
-                a = np.zeros(self.shape, dtype=bool if kind == "b" else np.int64)
+                a = empty_aligned(self.shape, dtype=bool if kind == "b" else np.int64)
+                a.fill(0)
             else:
                 a = np.empty(self.shape, dtype=object)      # None-filled
             self.cols[key], self.wheres[key], self.written[key] = a, [], 0
@@ -70,7 +74,9 @@ class Columns:
     def _put_code(self, key, where, rows, value):
         a = self.cols.get(key)
         if a is None:
-            a = np.full(self.shape, -1, dtype=np.int8) if self.multi else np.empty(self.shape, dtype=np.int8)
+            a = empty_aligned(self.shape, dtype=np.int8)
+            if self.multi:
+                a.fill(-1)
             self.cols[key], self.wheres[key], self.written[key] = a, [], 0
             self.coded.add(key)
         if isinstance(value, np.ndarray) and value.dtype.kind in "iu":

@@ -53,7 +53,7 @@ class Pass(NamedTuple):
 @dataclass
 class Outcome:
     step: Cost                      # one decoding step (all its passes), per-step overhead included
-    tokens_per_step: np.ndarray     # tokens gained per sequence per step
+    tokens_per_step: np.ndarray     # tokens gained per sequence per step (broadcasts to the step's shape)
     n_seqs: np.ndarray              # sequences decoding together
     prefill: Cost
     memory: Footprint               # per-device breakdown and totals (costmodel.engine.memory)
@@ -67,6 +67,23 @@ def decode_shape(B, q, L, extra_ops=None) -> PassShape:
     B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
     return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * L,
                      lm_tokens=B * q, extra_ops=extra_ops or [], seqs=B)
+
+
+def chain_verify_shape(B, q, L, scorer: str = "multi_query") -> PassShape:
+    """The target's pass scoring q = γ+1 tokens of each of B sequences at context L, by the runtime's
+    scorer (``Runtime.spec_scorer``):
+
+    * ``multi_query``: :func:`decode_shape` — one sequence of q causal queries, its KV read once (B·L);
+    * ``batch_expansion`` (vLLM's V0 ``BatchExpansionTop1Scorer``): each sequence becomes q single-query
+      sequences, the j-th (j = 0…q−1) holding the first j drafted tokens, so its query sits at context
+      L + j and it reads those L + j cached tokens itself: KV read B·Σ_j (L + j) = B·(q·L + q(q−1)/2),
+      over B·q sequences. Tokens, logits and attention pairs (Σ_j (L + j + 1) = q·L + q(q+1)/2) are
+      those of the multi-query pass."""
+    if scorer == "multi_query":
+        return decode_shape(B, q, L)
+    B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
+    return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * (q * L + q * (q - 1) / 2.0),
+                     lm_tokens=B * q, seqs=B * q)
 
 
 def prefill_shape(B, P) -> PassShape:
@@ -129,7 +146,10 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
     B = ctx.B if B is None else B
     P = ctx.P if P is None else P
     per_seq = ctx.ex.rt.prefill_per_sequence
-    shape = prefill_shape(np.ones_like(np.asarray(B, dtype=float)) if per_seq else B, P)
+    # one prompt per pass: its cost depends on P alone, so it is priced once per prompt length (a
+    # batch of ones shaped to broadcast, every element the same operations as over the whole grid)
+    # and repeated B times
+    shape = prefill_shape(np.ones((1,) * np.ndim(B)) if per_seq else B, P)
     repeats = np.asarray(B, dtype=float) if per_seq else None
     chunk = ctx.ex.rt.prefill_chunk_tokens
     if chunk is None:
