@@ -1,5 +1,5 @@
 """vLLM's custom all-reduce (one-shot / two-shot peer-to-peer kernels): ``allreduce_algorithm=custom``,
-or a runtime whose ``tp_allreduce`` is ``custom`` (no shipped profile sets it yet).
+or a runtime whose ``tp_allreduce`` is ``custom`` (the vllm profile: vLLM's default all-reduce).
 
 Hand computations use the MI300X link: xGMI fully connected mesh, α = 8 µs, β = 448 GB/s
 (7 links x 64 GB/s); Llama-3.1-70B: 80 layers, d_model 8192.
@@ -64,18 +64,23 @@ REC = dict(model="llama-3.1-70b", hardware="mi300x", n_devices=8, weight_dtype="
 
 
 def test_auto_is_the_runtimes_own_all_reduce():
-    custom = dataclasses.replace(load_runtime("vllm"), tp_allreduce="custom")
-    assert build_exec(parse_record(REC).replace(runtime=custom)).allreduce_algorithm == "custom"
-    assert build_exec(parse_record(dict(REC, allreduce_algorithm="tree")).replace(runtime=custom)).allreduce_algorithm == "tree"
-    assert build_exec(parse_record(REC)).allreduce_algorithm == "auto"      # the shipped profiles: NCCL
+    # the vllm profile runs vLLM's custom kernel; a record that names an algorithm keeps it
+    assert load_runtime("vllm").tp_allreduce == "custom"
+    assert build_exec(parse_record(REC)).allreduce_algorithm == "custom"
+    assert build_exec(parse_record(dict(REC, allreduce_algorithm="tree"))).allreduce_algorithm == "tree"
+    # a profile without it (or set to auto) leaves NCCL's choice
+    nccl = dataclasses.replace(load_runtime("vllm"), tp_allreduce="auto")
+    assert build_exec(parse_record(REC).replace(runtime=nccl)).allreduce_algorithm == "auto"
+    assert build_exec(parse_record(dict(REC, runtime="trt-llm"))).allreduce_algorithm == "auto"
 
 
 def test_decode_step_all_reduces_by_hand():
-    # custom: 2 per layer x 80 layers x 8.256e-6 s = 1.32096e-3 s per decode step
-    out = evaluate(dict(REC, allreduce_algorithm="custom"))
-    assert out["time_interconnect_s"] == pytest.approx(1.32096e-3)
+    # custom (the vllm profile's own, so also auto): 2 per layer x 80 layers x 8.256e-6 s = 1.32096e-3 s
+    for alg in ("custom", "auto"):
+        out = evaluate(dict(REC, allreduce_algorithm=alg))
+        assert out["time_interconnect_s"] == pytest.approx(1.32096e-3)
     # NCCL's tree instead: 160 x (2·3·8e-6 + 2·16384/448e9) = 160 x (4.8e-5 + 7.3143e-8) = 7.691703e-3
-    out = evaluate(dict(REC, allreduce_algorithm="auto"))
+    out = evaluate(dict(REC, allreduce_algorithm="tree"))
     assert out["time_interconnect_s"] == pytest.approx(7.691703e-3, rel=1e-6)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,15 @@ VALIDATION = Path(__file__).resolve().parent.parent / "validation"
 
 
 def _builder(name: str):
+    """Load a builder as ``python validation/<name>.py`` would: its folder first on the import path (the
+    serving builder imports its sibling table modules)."""
     spec = importlib.util.spec_from_file_location(f"_builder_{name}", VALIDATION / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(VALIDATION))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(VALIDATION))
     return module
 
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 import csv
 import os
 
+import build_serving_vllm_nvidia as vllm_nvidia
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 COLUMNS = ["id", "source_group", "metric", "value", "model", "hardware", "n_devices", "weight_dtype", "kv_dtype", "runtime",
            "batch_size", "prompt_len", "gen_len", "strategy", "draft_model", "draft_kv_budget", "gamma",
            "acceptance_rate", "mean_accepted_tokens", "tree_nodes", "tree_depth", "tree_parents", "power_mode",
-           "source", "source_locator", "reliability", "calibrate", "notes", "publication", "throughput_definition"]
+           "source", "source_locator", "reliability", "calibrate", "notes", "publication", "throughput_definition",
+           "allreduce_algorithm"]
 
 ROWS: list = []
 
@@ -203,6 +206,7 @@ F180 = [(960, 128, 128, 3803), (192, 128, 2048, 2941), (96, 128, 4096, 1946)]
 
 
 def trt_rows():
+    # the 0.9 tables run as trt-llm@0.9 (the page states version 0.9.0), as the CSV has them
     for gpu, model, b, tp, isl, osl, v in TRT09_TPUT:
         hw, dt = TRT_HW[gpu]
         prec = "FP8" if dt == "fp8" else "FP16"
@@ -479,6 +483,10 @@ def main(out_dir: str = HERE):
     sglang_rows()
     llamacpp_rows()
     mlc_rows()
+    # vLLM static-batch latency on NVIDIA GPUs (build_serving_vllm_nvidia.py), appended after the older
+    # tables so their row ids stay as they were
+    vllm_nvidia.vllm_pr2192_rows(add, fmt)
+    vllm_nvidia.vllm_ci_rows(add, fmt)
     for i, r in enumerate(ROWS, start=1):
         r["id"] = f"VS{i:03d}"
     keep = [r for r in ROWS if excluded_reason(r) is None]

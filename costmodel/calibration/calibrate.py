@@ -39,6 +39,11 @@ What the fitted parameters stand for (see validation/REPORT.md for values):
   its range moves no prediction by 2 %) keeps its prior (:func:`identifiable`).
 * ``bandwidth_efficiency``: achieved fraction of the hardware's measured stream bandwidth for the
   runtime's decode kernels; ``step_overhead_s``: per-step host work (scheduler, sampling).
+* vLLM ``step_overhead_per_rank_s``: per-step host work per worker rank beyond the first. vLLM V1
+  runs one worker process per device above one (the multiprocess executor): every step's schedule is
+  handed to each rank, each prepares its own inputs and samples, and the step waits for the last
+  (the V0 entries, ``vllm@0.5``/``0.6``, set their own figure: 0, none is published). Without it the fit learns one constant from
+  the 8-GPU MI300X rows (32 of vLLM's calibration rows) and charges it to one-GPU engines too.
 * llama.cpp ``sm_bandwidth_bytes_per_s``: what one SM's share of ggml's GEMV kernels streams (its
   bytes in flight over the DRAM latency, Little's law; the latency is taken as the same on every GPU,
   so the cap scales with ``sm_count``). It is why llama.cpp reaches ~1.0 TB/s on both the A100 and
@@ -63,7 +68,7 @@ FIT_PARAMS = {
     "compiled": ("bandwidth_efficiency", "step_overhead_s"),
     "llama.cpp": ("bandwidth_efficiency", "host_per_kernel_s", "sm_bandwidth_bytes_per_s"),
     "trt-llm": ("bandwidth_efficiency", "step_overhead_s"),
-    "vllm": ("bandwidth_efficiency", "step_overhead_s"),
+    "vllm": ("bandwidth_efficiency", "step_overhead_s", "step_overhead_per_rank_s"),
     "mlc": ("bandwidth_efficiency", "step_overhead_s"),
 }
 #: (low, high, typical scale) of each parameter: physical bounds (efficiencies in (0, 1], so that
@@ -73,6 +78,7 @@ BOUNDS = {
     "compute_efficiency": (0.05, 1.0, 1.0),       # a fraction of its measured GEMM rate
     "host_per_kernel_s": (0.0, 1.0e-4, 1.0e-5),
     "step_overhead_s": (0.0, 2.0e-2, 1.0e-3),
+    "step_overhead_per_rank_s": (0.0, 2.0e-3, 1.0e-4),    # per worker rank beyond the first
     "kernels_per_pass": (0.0, 1500.0, 100.0),
     "spec_step_overhead_s": (0.0, 2.0e-2, 1.0e-3),
     "sm_bandwidth_bytes_per_s": (2.0e9, 4.0e10, 1.0e10),
@@ -89,7 +95,8 @@ PRIORS = {
     "llama.cpp": {"bandwidth_efficiency": 1.0, "step_overhead_s": 2.0e-4, "compute_efficiency": 0.8,
                   "host_per_kernel_s": 4.0e-6, "sm_bandwidth_bytes_per_s": 4.0e10},
     "trt-llm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 3.0e-4, "compute_efficiency": 1.0},
-    "vllm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 1.5e-3, "compute_efficiency": 1.0},
+    "vllm": {"bandwidth_efficiency": 1.0, "step_overhead_s": 1.5e-3, "compute_efficiency": 1.0,
+             "step_overhead_per_rank_s": 2.0e-4},
     "mlc": {"bandwidth_efficiency": 0.9, "step_overhead_s": 3.0e-4, "compute_efficiency": 0.9},
 }
 GRID_POINTS = 13         # per parameter in the start grid

@@ -51,10 +51,6 @@ def _diagnose_layout(row: dict, m: Measurement) -> str | None:
                 "~1.5x the model on both (the grouped GEMM below the large-GEMM fraction at these shapes, unsourced), "
                 "and the batch-32 2048/2048 rows beat reading every expert each step (the A100 fp16 row needs >= 2.3 "
                 "TB/s for its weights, peak 2.04): gptSessionBenchmark's random weights may route to fewer experts")
-    if rec.hardware == "mi300x" and e is not None and e > 0.25 and rec.batch_size <= 16:
-        return ("tensor-parallel all-reduce over Infinity Fabric: 160 priced as NCCL's tree at ~48 us = 7.7 ms of an "
-                "11.4 ms step (measured ~8.4 ms in all); vLLM runs its one-shot custom all-reduce (~8 us, "
-                "allreduce_algorithm=custom), not selected by the vllm profile yet: see docs/parallelism.md")
     if rec.hardware == "mi300x" and e is not None and e < -0.2:
         return ("from batch 64 the measured step grows faster than weights + KV + FP8 GEMMs at the MI300X's "
                 "sourced 0.45 matrix fraction predict (22.7 ms per step at batch 128 for 70B TP8): ROCm vLLM's "

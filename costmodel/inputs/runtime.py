@@ -10,6 +10,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve
 
@@ -105,6 +107,11 @@ class Runtime:
     #: host seconds per running sequence per step that the device waits for (per-sequence output
     #: processing on the critical path)
     host_per_seq_s: float = 0.0
+    #: host seconds per step per worker rank beyond the first: an engine that runs one worker process
+    #: per device hands every step's schedule to each of them (vLLM's multiprocess executor: a
+    #: shared-memory broadcast, and every rank prepares its inputs and samples) and the step waits for
+    #: the last one, so the per-step host work grows with the ranks (``step_host_s``; 0 when not given)
+    step_overhead_per_rank_s: float = 0.0
     #: the engine's scheduler defaults (``SCHEDULER_KEYS``) as sorted (key, value) pairs; the serving
     #: layer uses them for the workload fields not given. ``max_num_batched_tokens`` may be
     #: ``max_model_len`` (the model's context, at least 2048: vLLM V0 without chunked prefill)
@@ -119,6 +126,15 @@ class Runtime:
         steps per invocation (the version's default when not given)."""
         n = steps_per_schedule or self.scheduler_default("num_scheduler_steps", 1)
         return self.host_step_s / n + self.host_per_seq_s * seqs
+
+    def step_host_s(self, ranks=1):
+        """Host seconds every step waits for besides the engine version's (``host_s``):
+        step_overhead_s + step_overhead_per_rank_s · (ranks − 1), ranks the worker processes of one
+        instance (its devices: tensor × pipeline parallel)."""
+        per_rank = self.step_overhead_per_rank_s       # an array while calibration evaluates many values
+        if np.ndim(per_rank) == 0 and not per_rank:
+            return self.step_overhead_s
+        return self.step_overhead_s + per_rank * (np.asarray(ranks, dtype=float) - 1.0)
 
     def spec_host_ops(self, method: str) -> float:
         return dict(self.spec_step_host_ops).get(method, 0.0)
@@ -147,7 +163,7 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
             "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "moe_gemm_mma_sync", "tp_allreduce",
-            "spec_scorer", "kv_pool_fraction", "kv_pool_basis")
+            "spec_scorer", "kv_pool_fraction", "kv_pool_basis", "step_overhead_per_rank_s")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 TP_ALLREDUCE = ("auto", "custom")
 SPEC_SCORERS = ("multi_query", "batch_expansion")
@@ -156,7 +172,7 @@ KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONA
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
 VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
-                "gqa_attention", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer")
+                "gqa_attention", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer", "step_overhead_per_rank_s")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -182,6 +198,8 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
     _optional(f, "sm_bandwidth_bytes_per_s", vals, sources, lambda s: s.num("value", min_value=1e8, max_value=1e12))
     # seconds: a second per step would be a unit mistake
     _optional(f, "spec_step_overhead_s", vals, sources, lambda s: s.num("value", min_value=0, max_value=1.0))
+    # seconds per step per rank: 0.1 s would be a unit mistake
+    _optional(f, "step_overhead_per_rank_s", vals, sources, lambda s: s.num("value", min_value=0, max_value=0.1))
     for k in ("spec_step_host_ops", "spec_step_syncs"):
         _optional(f, k, vals, sources, _per_method)
     for dt in ("int4", "int8"):
@@ -275,7 +293,7 @@ def _version_entry(f: Fields, version: str | None):
     e = Fields(versions[want], f.source, prefix=f"versions.{want}")
     e.check_keys(VERSION_KEYS)
     vals, sources = {}, [(f"version {want}", e.text("source"))]
-    for k, hi in (("host_step_s", 1.0), ("host_per_seq_s", 0.1)):
+    for k, hi in (("host_step_s", 1.0), ("host_per_seq_s", 0.1), ("step_overhead_per_rank_s", 0.1)):
         s = e.sub(k, required=False)
         if s is not None:
             s.check_keys(("value", "source"))

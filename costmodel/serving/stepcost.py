@@ -36,7 +36,7 @@ import numpy as np
 from costmodel.engine import acceptance, memory
 from costmodel.engine.evaluate import build_exec, build_draft, evaluate_arrays, make_ctx
 from costmodel.engine.mixed import PassTable, shape_coefficients
-from costmodel.engine.strategies.common import chain_verify_shape
+from costmodel.engine.strategies.common import chain_verify_shape, step_ranks
 from costmodel.engine.strategies.speculative import separate
 from costmodel.errors import InputError
 from costmodel.inputs.record import Record
@@ -150,7 +150,8 @@ class StepCosts:
         self.L_grid = np.unique(np.concatenate([np.geomspace(2.0, top, L_GRID_POINTS), [top]]))
         self.L_list = self.L_grid.tolist()
         rt = self.ex.rt
-        self.step_overhead_s = float(rt.step_overhead_s)
+        # the per-step host work of every step (Runtime.step_host_s of the instance's ranks)
+        self.step_overhead_s = float(rt.step_host_s(step_ranks(self.ex)))
         # the engine version's host work (Runtime.host_s): evaluate's decoding step holds
         # host_step_s / N_version; under a workload's own N it is host_step_s / N, and a step that
         # schedules prompts is a scheduler invocation of its own (host_step_s whole)

@@ -116,13 +116,22 @@ def spec_step_host_s(ex: Exec, method: str):
     return rt.spec_host_ops(method) * rt.host_per_kernel_s + rt.spec_syncs(method) * sync_s + rt.spec_step_overhead_s
 
 
+def step_ranks(ex: Exec):
+    """Worker ranks of one instance, the ``ranks`` of ``Runtime.step_host_s``: its devices
+    (tensor × attention-data × pipeline parallel)."""
+    return ex.stage_devices * ex.pp
+
+
 def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None, seqs=1.0, prefill: bool = False) -> Cost:
-    """``cost`` plus the runtime's per-step host work: ``step_overhead_s`` for every step, the engine
-    version's host work the device waits for (``Runtime.host_s``: host_step_s / N + host_per_seq_s ·
-    seqs, N = its scheduler steps per invocation; a prefill is a scheduler invocation of its own,
-    N = 1), and for a speculative or tree step of ``method`` also :func:`spec_step_host_s`."""
+    """``cost`` plus the runtime's per-step host work: for every step ``Runtime.step_host_s`` of the
+    instance's ranks (step_overhead_s + step_overhead_per_rank_s · (tp·pp − 1)), the engine version's
+    host work the device waits for (``Runtime.host_s``: host_step_s / N + host_per_seq_s · seqs, N = its
+    scheduler steps per invocation; a prefill is a scheduler invocation of its own, N = 1), and for a
+    speculative or tree step of ``method`` also :func:`spec_step_host_s`."""
     rt = ex.rt
-    seconds = rt.step_overhead_s if method is None else rt.step_overhead_s + spec_step_host_s(ex, method)
+    seconds = rt.step_host_s(step_ranks(ex))
+    if method is not None:
+        seconds = seconds + spec_step_host_s(ex, method)
     if rt.host_step_s or rt.host_per_seq_s:
         seconds = seconds + rt.host_s(np.asarray(seqs, dtype=float), 1 if prefill else None)
     return cost + overhead_cost(np.broadcast_to(seconds, np.shape(cost.time_s)),
