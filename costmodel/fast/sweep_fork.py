@@ -1,13 +1,19 @@
-"""A sweep's chunks on several processes that write into one shared set of output columns.
+"""A sweep's chunks on several processes, gathered into one set of output columns.
 
 Threads do not speed a sweep up: between numpy calls on cache-sized chunks the Python code holds
 the GIL, so two threads take turns. Processes run truly in parallel. On platforms with ``fork``
-the parent allocates every output column in anonymous shared memory (``mmap``), forks
-``workers − 1`` children, and each process evaluates a contiguous share of the chunks and writes
-its rows in place: nothing is pickled or copied back. The parent evaluates the first chunk before
-forking to learn the columns:
+the parent evaluates the first chunk (to learn the columns), puts the other chunks in a work
+queue (a pipe of task numbers that every process reads from, so a busier process simply takes
+fewer) and forks ``workers − 1`` children. The output columns are the parent's own private
+memory, allocated after the fork: the kernel backs them with transparent huge pages where it can,
+as in a single-process sweep. Each child evaluates the chunks it takes into one of a few slots of
+a small shared buffer (:class:`_Ring`, reused chunk after chunk, so only its few pages are ever
+faulted in) and tells the parent through a pipe; between its own chunks the parent copies each
+ready slot into its columns and hands the slot back. (Output columns in shared memory would be
+faulted in 4 KiB page by page wherever shared memory gets no huge pages, which costs about as much
+as evaluating the rows: two workers then took longer than one.) The columns:
 
-* numeric columns (float64, int64, bool) live in shared memory;
+* numeric columns (float64, int64, bool);
 * a text column that holds one value per chunk (model, hardware, strategy, ...) is filled by the
   parent from that value;
 * a text column that names a bound (``bound``, ``prefill_bound``) arrives as int8 codes into
@@ -26,14 +32,14 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import select
+import struct
 import sys
 import threading
 
 import numpy as np
 
 from costmodel.errors import InputError
-#: a child that finds a column it cannot write tells the parent to evaluate in one process
-_FALLBACK = "fallback"
 
 
 def can_fork() -> bool:
@@ -62,30 +68,69 @@ def _spec(key, value, code_keys=()):
     return None
 
 
-def _shared(shape, dtype) -> np.ndarray:
-    """A zeroed array in anonymous shared memory (visible to forked children)."""
-    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    buf = mmap.mmap(-1, max(n, 1))               # MAP_SHARED | MAP_ANONYMOUS
-    return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape, dtype=np.int64))).reshape(shape)
+#: slots of shared memory per child: a child blocks when the parent has not yet copied out this many
+#: of its chunks (the parent copies them between its own chunks, every few milliseconds)
+SLOTS = 3
+_MSG = struct.Struct("<iiq")             # (kind, a, b): a child's message to the parent
+_READY, _DONE, _FALL, _FAIL = 0, 1, 2, 3
+_QUEUE_ITEMS = 8192                      # most entries in the work queue (4 bytes each: one pipe's buffer)
+
+
+def _region_shape(shape, where) -> tuple:
+    """The shape of ``grid[where]`` for a grid of ``shape`` (no memory touched)."""
+    return np.broadcast_to(np.zeros((), np.int8), shape)[where].shape
 
 
 def _write(out: dict, specs: dict, where, res: dict) -> bool:
-    """Write one chunk's results; False when a value does not fit its column's spec."""
+    """Write one chunk's results into ``out[key][where]``; False when a value does not fit its
+    column's spec (the first chunk's)."""
+    if not _fits(specs, res):
+        return False
+    for key, (kind, _info) in specs.items():
+        if kind != "const":
+            out[key][where] = res[key]
+    return True
+
+
+def _fits(specs: dict, res: dict) -> bool:
+    """Every value of ``res`` fits its column: a number or numeric array of the column's kind (ints
+    and booleans fit a float column, as in the single-process columns), the column's constant text,
+    or int8 bound codes."""
     for key, (kind, info) in specs.items():
         v = res.get(key)
         if kind == "num":
             s = _spec(key, v, ())
             if s is None or s[0] != "num" or not (s[1] == info or info == np.dtype(float)):
-                return False                   # (ints and booleans fit a float column, as in _Columns)
-            out[key][where] = v
+                return False
         elif kind == "const":
             if not isinstance(v, str) or v != info:
                 return False
-        else:
-            if not isinstance(v, np.ndarray) or v.dtype != np.int8:
-                return False
-            out[key][where] = v
+        elif not isinstance(v, np.ndarray) or v.dtype != np.int8:
+            return False
     return True
+
+
+class _Ring:
+    """``SLOTS`` slots per child in one anonymous shared mapping, each holding one chunk's columns
+    back to back (``rows`` values of each column's dtype, 64-byte aligned). Small and reused chunk
+    after chunk, so its pages are faulted in once, however many rows the grid has."""
+
+    def __init__(self, specs: dict, rows: int, children: int):
+        self.layout, off = [], 0
+        for key, (kind, info) in specs.items():
+            if kind != "const":
+                dt = np.dtype(np.int8 if kind == "code" else info)
+                self.layout.append((key, dt, off))
+                off += -(-rows * dt.itemsize // 64) * 64
+        self.slot_bytes = max(off, 64)
+        self.buf = mmap.mmap(-1, self.slot_bytes * SLOTS * children)     # MAP_SHARED | MAP_ANONYMOUS
+
+    def views(self, child: int, slot: int, rshape) -> dict:
+        """{key: the slot's array of that column, shaped like the chunk's region}."""
+        base = (child * SLOTS + slot) * self.slot_bytes
+        n = int(np.prod(rshape, dtype=np.int64))
+        return {key: np.frombuffer(self.buf, dtype=dt, count=n, offset=base + off).reshape(rshape)
+                for key, dt, off in self.layout}
 
 
 def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress=None, total: int = 0,
@@ -94,7 +139,6 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
     ``workers`` processes; keys in ``skip`` are not columns; ``code_keys`` arrive as int8 codes and
     are returned as codes. Returns {key: grid-shaped array} in the first chunk's key order, or None
     when the grid must be evaluated in one process (module doc)."""
-    where_of = lambda t: place(t)[0]          # noqa: E731
     first = run(tasks[0])
     specs = {}
     for key, v in first.items():
@@ -104,58 +148,182 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
         if s is None:
             return None
         specs[key] = s
-    out = {k: _shared(shape, np.int8 if kind == "code" else info)
-           for k, (kind, info) in specs.items() if kind in ("num", "code")}
-    if not _write(out, specs, where_of(tasks[0]), first):
-        return None
     rest = tasks[1:]
-    shares = [rest[i * len(rest) // workers:(i + 1) * len(rest) // workers] for i in range(workers)]
-    children = [_fork_writer(share, run, out, specs, where_of) for share in shares[1:]]
-    fallback = False
+    per = -(-len(rest) // _QUEUE_ITEMS)              # tasks per queue entry
+    batches = [rest[i:i + per] for i in range(0, len(rest), per)]
+    ring = _Ring(specs, max(place(t)[1] for t in rest), workers - 1)
+    qr, qw = os.pipe()
+    os.write(qw, np.arange(len(batches), dtype="<i4").tobytes())
+    os.close(qw)                                     # an empty queue then reads as end of file
+    children = []
+    finished = False
     try:
-        done = place(tasks[0])[1]
-        for t in shares[0]:
-            if not _write(out, specs, where_of(t), run(t)):
-                fallback = True
+        for c in range(workers - 1):
+            children.append(_fork_child(c, qr, batches, run, place, shape, specs, ring))
+        # the parent's columns: private memory allocated after the fork (no copy-on-write)
+        out = {k: np.empty(shape, dtype=np.int8 if kind == "code" else info)
+               for k, (kind, info) in specs.items() if kind != "const"}
+        state = _Parent(children, ring, out, place, shape, rest, progress, total)
+        state.done = place(tasks[0])[1]
+        ok = _write(out, specs, place(tasks[0])[0], first)
+        while ok:
+            got = os.read(qr, 4)
+            if not got:
                 break
-            if progress is not None:                   # the parent's share, scaled to the whole grid
-                done += place(t)[1]
-                progress(min(done * workers, total), total)
-    except BaseException:
-        _stop(children)                                # stop the children's work too
-        raise
+            for t in batches[int.from_bytes(got, "little", signed=True)]:
+                if not _write(out, specs, place(t)[0], run(t)):
+                    ok = False
+                    break
+                state.advance(place(t)[1])
+            state.drain(block=False)
+        if ok:
+            state.drain(block=True)
+            ok = not state.fallback
+            finished = True
     finally:
-        failure = _collect(children)
-    if failure is not None:
-        if failure[0] != _FALLBACK:
-            _raise(failure)
-        fallback = True
-    if fallback:
+        if not finished or not ok:                   # an error or a fallback: stop the children's work
+            _stop([(pid, r) for pid, r, _f in children])
+        os.close(qr)
+        for pid, r, f in children:
+            os.close(r)
+            os.close(f)
+            os.waitpid(pid, 0)
+    if not ok:
         return None
     if progress is not None:
         progress(total, total)
     return _columns(specs, out, shape)
 
 
-def _collect(children: list):
-    """Wait for the children and read their pipes: the first failure reported, or None."""
-    failure = None
-    for pid, r in children:
-        msg = b""
+class _Parent:
+    """The parent's side of the children's messages: each chunk a child reports ready is copied from
+    its slot into the parent's columns and the slot handed back; failures are raised here."""
+
+    def __init__(self, children, ring, out, place, shape, tasks, progress, total):
+        self.children, self.ring, self.out, self.place, self.shape = children, ring, out, place, shape
+        self.tasks, self.progress, self.total = tasks, progress, total
+        self.bufs = [b""] * len(children)
+        self.open = set(range(len(children)))
+        self.fallback = False
+        self.done = 0
+        for _pid, r, _f in children:
+            os.set_blocking(r, False)
+
+    def advance(self, rows: int) -> None:
+        self.done += rows
+        if self.progress is not None:
+            self.progress(min(self.done, self.total), self.total)
+
+    def drain(self, block: bool) -> None:
+        """Handle every message the children have sent; with ``block``, until each has finished."""
+        while self.open:
+            if block:
+                select.select([self.children[c][1] for c in self.open], [], [])
+            got_any = False
+            for c in list(self.open):
+                try:
+                    part = os.read(self.children[c][1], 1 << 16)
+                except BlockingIOError:
+                    continue
+                got_any = True
+                if not part:                               # the child exited without a last word
+                    self.open.discard(c)
+                    _raise(("error", "a sweep worker process exited without its results"))
+                self.bufs[c] += part
+                self._handle(c)
+            if not block and not got_any:
+                return
+
+    def _handle(self, c: int) -> None:
+        buf = self.bufs[c]
+        while len(buf) >= _MSG.size:
+            kind, a, b = _MSG.unpack_from(buf)
+            if kind == _FAIL:
+                if len(buf) < _MSG.size + a:
+                    break
+                self.open.discard(c)
+                _raise(pickle.loads(buf[_MSG.size:_MSG.size + a]))
+            buf = buf[_MSG.size:]
+            if kind == _READY:                             # slot a holds task b (after the first)
+                where, rows = self.place(self.tasks[b])
+                for key, v in self.ring.views(c, a, _region_shape(self.shape, where)).items():
+                    self.out[key][where] = v
+                try:
+                    os.write(self.children[c][2], a.to_bytes(4, "little", signed=True))
+                except BrokenPipeError:                    # the child has finished and exited
+                    pass
+                self.advance(rows)
+            elif kind == _DONE:
+                self.open.discard(c)
+            elif kind == _FALL:
+                self.open.discard(c)
+                self.fallback = True
+        self.bufs[c] = buf
+
+
+def _fork_child(c: int, qr: int, batches: list, run, place, shape, specs: dict, ring: _Ring) -> tuple:
+    """Fork child ``c``: it takes batches of tasks from the queue ``qr`` until it is empty, evaluates
+    each task into one of its free slots of ``ring`` and reports it ready; then it reports that it
+    is done (or that a result does not fit, or its failure) and exits. Returns (pid, its messages'
+    read end, the write end of its free slots)."""
+    r, w = os.pipe()
+    fr, fw = os.pipe()
+    pid = os.fork()
+    if pid != 0:
+        os.close(w)
+        os.close(fr)
+        return pid, r, fw
+    os.close(r)                                      # the child
+    os.close(fw)
+    status = 0
+    try:
+        free = list(range(SLOTS - 1, -1, -1))
         while True:
-            part = os.read(r, 1 << 16)
-            if not part:
+            got = os.read(qr, 4)
+            if not got:
                 break
-            msg += part
-        os.close(r)
-        os.waitpid(pid, 0)
-        if msg and failure is None:
-            failure = pickle.loads(msg)
-    return failure
+            b = int.from_bytes(got, "little", signed=True)
+            for k, t in enumerate(batches[b]):
+                res = run(t)
+                if not _fits(specs, res):
+                    os.write(w, _MSG.pack(_FALL, 0, 0))
+                    raise _Quit
+                if not free:
+                    free.append(int.from_bytes(_read_exactly(fr, 4), "little", signed=True))
+                slot = free.pop()
+                for key, v in ring.views(c, slot, _region_shape(shape, place(t)[0])).items():
+                    v[...] = res[key]
+                os.write(w, _MSG.pack(_READY, slot, b * len(batches[0]) + k))
+        os.write(w, _MSG.pack(_DONE, 0, 0))
+    except _Quit:
+        status = 1
+    except BaseException as exc:                     # noqa: BLE001 - reported to the parent
+        status = 1
+        try:
+            msg = pickle.dumps(_failure(exc))
+            os.write(w, _MSG.pack(_FAIL, len(msg), 0) + msg)
+        except BaseException:                        # noqa: BLE001
+            pass
+    finally:
+        os._exit(status)
+
+
+class _Quit(Exception):
+    """A child stops: it has told the parent why."""
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        part = os.read(fd, n - len(out))
+        if not part:
+            raise EOFError("the parent closed the sweep's slot pipe")
+        out += part
+    return out
 
 
 def _columns(specs: dict, out: dict, shape) -> dict:
-    """The grid's columns in the first chunk's key order: the shared numeric and code arrays, and each
+    """The grid's columns in the first chunk's key order: the numeric and code arrays, and each
     constant non-numeric value filled into an object array."""
     cols = {}
     for key, (kind, info) in specs.items():
@@ -166,33 +334,6 @@ def _columns(specs: dict, out: dict, shape) -> dict:
             a.fill(info)
             cols[key] = a
     return cols
-
-
-def _fork_writer(share: list, run, out: dict, specs: dict, where_of) -> tuple:
-    """Fork a child that evaluates ``share`` into the shared columns and exits; it reports through a
-    pipe only when it cannot write a result (the fallback) or fails. Returns (pid, read end)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                       # the child: its share, then exit
-        os.close(r)
-        status = 0
-        try:
-            for t in share:
-                if not _write(out, specs, where_of(t), run(t)):
-                    os.write(w, pickle.dumps((_FALLBACK, None)))
-                    status = 1
-                    break
-        except BaseException as exc:                   # noqa: BLE001 - reported to the parent
-            status = 1
-            try:
-                os.write(w, pickle.dumps(_failure(exc)))
-            except BaseException:                      # noqa: BLE001
-                pass
-        finally:
-            os.close(w)
-            os._exit(status)
-    os.close(w)
-    return pid, r
 
 
 def _failure(exc: BaseException) -> tuple:
