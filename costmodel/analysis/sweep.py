@@ -63,7 +63,7 @@ import os
 import numpy as np
 
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
-from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
+from costmodel.analysis.sweep_columns import CODE_KEYS, CODE_TEXT, Columns
 from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import check_output, write_frame
@@ -201,20 +201,19 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
                 for b in blocks if b.invalid is not None)
     run = _run_piece if strict else _run_piece_or_reason
     if workers > 1 and len(blocks) == 1 and not blocks[0].rowwise and can_fork():
-        # one group: its chunks on forked processes writing into shared columns (_sweep_fork)
+        # one group: its chunks on forked processes, gathered into this process's columns (sweep_fork)
         tasks = list(tasks)
         if len(tasks) >= 2 * workers:
             try:
                 got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
-                                      progress, total, CODE_KEYS)
+                                      progress, total, CODE_KEYS, CODE_TEXT)
             except InputError:
                 if strict:
                     raise
                 got = None                # a piece is invalid: in this process, marking it
             if got is not None:
                 cols.cols, tasks = got, []
-                cols.written = dict.fromkeys(got, cols.n)
-                cols.coded = {k for k in CODE_KEYS if k in got}
+                cols.written = dict.fromkeys(got, cols.n)         # the bound codes come as text
         done_pairs = _map(run, tasks, workers)
     elif workers > 1 and can_fork():
         # several groups: dealt to forked processes, their results gathered here in grid order

@@ -28,7 +28,7 @@ def array_kind(a) -> str:
 #: text columns that chunks deliver as int8 indices into roofline.BOUNDS (evaluate_arrays(bound_codes=True))
 CODE_KEYS = ("bound", "prefill_bound")
 #: the text of each code; -1 (a row no block wrote) reads as None
-_CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
+CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
 
 
 class Columns:
@@ -112,7 +112,7 @@ class Columns:
     def finish(self):
         for key, a in list(self.cols.items()):
             if key in self.coded:
-                self.cols[key] = _CODE_TEXT[a]
+                self.cols[key] = CODE_TEXT[a]
                 continue
             if self.written[key] < self.n and array_kind(a) in "bi":
                 new = a.astype(float) if array_kind(a) == "i" else a.astype(object)

@@ -81,17 +81,6 @@ def _region_shape(shape, where) -> tuple:
     return np.broadcast_to(np.zeros((), np.int8), shape)[where].shape
 
 
-def _write(out: dict, specs: dict, where, res: dict) -> bool:
-    """Write one chunk's results into ``out[key][where]``; False when a value does not fit its
-    column's spec (the first chunk's)."""
-    if not _fits(specs, res):
-        return False
-    for key, (kind, _info) in specs.items():
-        if kind != "const":
-            out[key][where] = res[key]
-    return True
-
-
 def _fits(specs: dict, res: dict) -> bool:
     """Every value of ``res`` fits its column: a number or numeric array of the column's kind (ints
     and booleans fit a float column, as in the single-process columns), the column's constant text,
@@ -110,10 +99,17 @@ def _fits(specs: dict, res: dict) -> bool:
     return True
 
 
+#: the ring's shared mapping, kept for the next sweep when at most this large: its pages stay mapped
+#: in this process, so the parent does not fault them in again (each child maps them afresh)
+KEEP_RING_BYTES = 128 << 20
+_KEPT: list = [None]
+
+
 class _Ring:
     """``SLOTS`` slots per child in one anonymous shared mapping, each holding one chunk's columns
     back to back (``rows`` values of each column's dtype, 64-byte aligned). Small and reused chunk
-    after chunk, so its pages are faulted in once, however many rows the grid has."""
+    after chunk, so its pages are faulted in once, however many rows the grid has; a mapping of at
+    most KEEP_RING_BYTES is kept for the next sweep of this process."""
 
     def __init__(self, specs: dict, rows: int, children: int):
         self.layout, off = [], 0
@@ -123,7 +119,14 @@ class _Ring:
                 self.layout.append((key, dt, off))
                 off += -(-rows * dt.itemsize // 64) * 64
         self.slot_bytes = max(off, 64)
-        self.buf = mmap.mmap(-1, self.slot_bytes * SLOTS * children)     # MAP_SHARED | MAP_ANONYMOUS
+        need = self.slot_bytes * SLOTS * children
+        kept = _KEPT[0]
+        if kept is not None and len(kept) >= need:
+            self.buf = kept
+        else:
+            self.buf = mmap.mmap(-1, need)            # MAP_SHARED | MAP_ANONYMOUS
+            if need <= KEEP_RING_BYTES:
+                _KEPT[0] = self.buf
 
     def views(self, child: int, slot: int, rshape) -> dict:
         """{key: the slot's array of that column, shaped like the chunk's region}."""
@@ -134,11 +137,13 @@ class _Ring:
 
 
 def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress=None, total: int = 0,
-                    code_keys=()):
+                    code_keys=(), code_text=None):
     """Evaluate ``tasks`` (``run(task)`` -> {key: value}; ``place(task)`` -> (grid index, rows)) on
     ``workers`` processes; keys in ``skip`` are not columns; ``code_keys`` arrive as int8 codes and
-    are returned as codes. Returns {key: grid-shaped array} in the first chunk's key order, or None
-    when the grid must be evaluated in one process (module doc)."""
+    are returned as codes, or with ``code_text`` (an object array: the text of each code) as that
+    text. Returns {key: grid-shaped array} in the first chunk's key order, or None when the grid
+    must be evaluated in one process (module doc). Text columns are filled chunk by chunk, as the
+    chunks arrive: the parent's work per chunk, which the work queue balances against the children's."""
     first = run(tasks[0])
     specs = {}
     for key, v in first.items():
@@ -156,24 +161,26 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
     os.write(qw, np.arange(len(batches), dtype="<i4").tobytes())
     os.close(qw)                                     # an empty queue then reads as end of file
     children = []
-    finished = False
+    finished = ok = False
     try:
         for c in range(workers - 1):
             children.append(_fork_child(c, qr, batches, run, place, shape, specs, ring))
         # the parent's columns: private memory allocated after the fork (no copy-on-write)
-        out = {k: np.empty(shape, dtype=np.int8 if kind == "code" else info)
-               for k, (kind, info) in specs.items() if kind != "const"}
-        state = _Parent(children, ring, out, place, shape, rest, progress, total)
-        state.done = place(tasks[0])[1]
-        ok = _write(out, specs, place(tasks[0])[0], first)
+        state = _Parent(children, ring, specs, code_text, place, shape, rest, progress, total)
+        ok = _fits(specs, first)
+        if ok:
+            state.put(place(tasks[0])[0], first)
+            state.advance(place(tasks[0])[1])
         while ok:
             got = os.read(qr, 4)
             if not got:
                 break
             for t in batches[int.from_bytes(got, "little", signed=True)]:
-                if not _write(out, specs, place(t)[0], run(t)):
+                res = run(t)
+                if not _fits(specs, res):
                     ok = False
                     break
+                state.put(place(t)[0], res)
                 state.advance(place(t)[1])
             state.drain(block=False)
         if ok:
@@ -192,22 +199,41 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
         return None
     if progress is not None:
         progress(total, total)
-    return _columns(specs, out, shape)
+    return state.columns()
 
 
 class _Parent:
-    """The parent's side of the children's messages: each chunk a child reports ready is copied from
-    its slot into the parent's columns and the slot handed back; failures are raised here."""
+    """The parent's columns and its side of the children's messages: each chunk a child reports
+    ready is copied from its slot into the columns and the slot handed back; failures are raised
+    here."""
 
-    def __init__(self, children, ring, out, place, shape, tasks, progress, total):
-        self.children, self.ring, self.out, self.place, self.shape = children, ring, out, place, shape
+    def __init__(self, children, ring, specs, code_text, place, shape, tasks, progress, total):
+        self.children, self.ring, self.specs, self.place, self.shape = children, ring, specs, place, shape
         self.tasks, self.progress, self.total = tasks, progress, total
+        self.code_text = code_text
+        self.out = {k: np.empty(shape, dtype=np.int8 if kind == "code" else info)
+                    for k, (kind, info) in specs.items() if kind == "num" or (kind == "code" and code_text is None)}
+        self.text = {k: np.empty(shape, dtype=object) for k, (kind, _i) in specs.items() if k not in self.out}
         self.bufs = [b""] * len(children)
         self.open = set(range(len(children)))
         self.fallback = False
         self.done = 0
         for _pid, r, _f in children:
             os.set_blocking(r, False)
+
+    def put(self, where, values: dict) -> None:
+        """One chunk's values (fitting the columns) into its region ``where``."""
+        for key, (kind, info) in self.specs.items():
+            if key in self.out:
+                self.out[key][where] = values[key]
+            elif kind == "const":
+                self.text[key][where] = info
+            else:
+                self.text[key][where] = self.code_text[values[key]]
+
+    def columns(self) -> dict:
+        """The columns in the first chunk's key order."""
+        return {key: self.out[key] if key in self.out else self.text[key] for key in self.specs}
 
     def advance(self, rows: int) -> None:
         self.done += rows
@@ -246,8 +272,7 @@ class _Parent:
             buf = buf[_MSG.size:]
             if kind == _READY:                             # slot a holds task b (after the first)
                 where, rows = self.place(self.tasks[b])
-                for key, v in self.ring.views(c, a, _region_shape(self.shape, where)).items():
-                    self.out[key][where] = v
+                self.put(where, self.ring.views(c, a, _region_shape(self.shape, where)))
                 try:
                     os.write(self.children[c][2], a.to_bytes(4, "little", signed=True))
                 except BrokenPipeError:                    # the child has finished and exited
@@ -320,20 +345,6 @@ def _read_exactly(fd: int, n: int) -> bytes:
             raise EOFError("the parent closed the sweep's slot pipe")
         out += part
     return out
-
-
-def _columns(specs: dict, out: dict, shape) -> dict:
-    """The grid's columns in the first chunk's key order: the numeric and code arrays, and each
-    constant non-numeric value filled into an object array."""
-    cols = {}
-    for key, (kind, info) in specs.items():
-        if kind in ("num", "code"):
-            cols[key] = out[key]
-        else:
-            a = np.empty(shape, dtype=object)
-            a.fill(info)
-            cols[key] = a
-    return cols
 
 
 def _failure(exc: BaseException) -> tuple:
