@@ -484,6 +484,42 @@ def test_forked_workers_fall_back_when_a_column_changes_kind(monkeypatch):
                       sweep(SPEC, workers=2, chunk_rows=1000, **axes))
 
 
+def test_forked_workers_fall_back_when_a_childs_columns_differ(monkeypatch):
+    """Each process learns the columns from the first chunk it evaluates; a child whose columns
+    differ from the parent's (here one more key) sends the grid back to one process: the frame
+    equals the single-process one, without the extra key."""
+    import os
+    sw = _sweep_module(monkeypatch)
+    real = sw._run_piece
+    parent = os.getpid()
+
+    def run(task):
+        res = real(task)
+        return dict(res, extra_s=0.5) if os.getpid() != parent else res
+    monkeypatch.setattr(sw, "_run_piece", run)
+    axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+    two = sweep(SPEC, workers=2, chunk_rows=1000, **axes)
+    monkeypatch.setattr(sw, "_run_piece", real)
+    _frames_identical(sweep(SPEC, workers=1, chunk_rows=1000, **axes), two)
+    assert "extra_s" not in two.columns
+
+
+def test_forked_workers_fall_back_when_the_columns_do_not_fit_a_slot(monkeypatch):
+    """A chunk's columns that need more bytes per row than a slot of the shared ring reserves: the
+    grid is evaluated in one process, the same frame."""
+    from costmodel.fast import sweep_fork
+    sw = _sweep_module(monkeypatch)
+    monkeypatch.setattr(sweep_fork, "RING_ROW_BYTES", 8)          # one float64 column per row
+    monkeypatch.setattr(sweep_fork, "_KEPT", [None])
+    calls = []
+    real = sw.evaluate_forked
+    monkeypatch.setattr(sw, "evaluate_forked", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+    axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+    two = sweep(SPEC, workers=2, chunk_rows=1000, **axes)
+    assert calls == [None]                                          # the forked path gave up
+    _frames_identical(sweep(SPEC, workers=1, chunk_rows=1000, **axes), two)
+
+
 def test_no_fork_while_other_threads_run(monkeypatch):
     """Forking a process with other threads could deadlock a child: then threads evaluate the grid."""
     import threading

@@ -106,7 +106,10 @@ class Columns:
             kind = array_kind(a)
             if kind in "bi":
                 a = a.astype(float) if kind == "i" else a.astype(object)
-            a[mask] = np.nan if array_kind(a) == "f" else None
+            if array_kind(a) == "f":
+                np.putmask(a, mask, np.nan)         # one pass, no index array built
+            else:
+                a[mask] = None
             self.cols[key] = a
 
     def finish(self):

@@ -72,7 +72,7 @@ def _spec(key, value, code_keys=()):
 #: of its chunks (the parent copies them between its own chunks, every few milliseconds)
 SLOTS = 3
 _MSG = struct.Struct("<iiq")             # (kind, a, b): a child's message to the parent
-_READY, _DONE, _FALL, _FAIL = 0, 1, 2, 3
+_READY, _DONE, _FALL, _FAIL, _SPECS = 0, 1, 2, 3, 4
 _QUEUE_ITEMS = 8192                      # most entries in the work queue (4 bytes each: one pipe's buffer)
 
 
@@ -99,26 +99,39 @@ def _fits(specs: dict, res: dict) -> bool:
     return True
 
 
+#: bytes per row a ring slot reserves (96 float64 columns; a sweep has 40-50): the slot is reserved
+#: before any chunk is evaluated, and a grid whose columns need more is evaluated in one process
+RING_ROW_BYTES = 96 * 8
 #: the ring's shared mapping, kept for the next sweep when at most this large: its pages stay mapped
 #: in this process, so the parent does not fault them in again (each child maps them afresh)
-KEEP_RING_BYTES = 128 << 20
+KEEP_RING_BYTES = 256 << 20
 _KEPT: list = [None]
 
 
-class _Ring:
-    """``SLOTS`` slots per child in one anonymous shared mapping, each holding one chunk's columns
-    back to back (``rows`` values of each column's dtype, 64-byte aligned). Small and reused chunk
-    after chunk, so its pages are faulted in once, however many rows the grid has; a mapping of at
-    most KEEP_RING_BYTES is kept for the next sweep of this process."""
+def _specs_of(res: dict, skip, code_keys):
+    """{key: spec} of a chunk's results in their order (keys in ``skip`` left out), or None when a
+    value is not expressible here."""
+    specs = {}
+    for key, v in res.items():
+        if key in skip:
+            continue
+        s = _spec(key, v, code_keys)
+        if s is None:
+            return None
+        specs[key] = s
+    return specs
 
-    def __init__(self, specs: dict, rows: int, children: int):
-        self.layout, off = [], 0
-        for key, (kind, info) in specs.items():
-            if kind != "const":
-                dt = np.dtype(np.int8 if kind == "code" else info)
-                self.layout.append((key, dt, off))
-                off += -(-rows * dt.itemsize // 64) * 64
-        self.slot_bytes = max(off, 64)
+
+class _Ring:
+    """``SLOTS`` slots per child in one anonymous shared mapping (reserved: only the pages written
+    are ever backed), each holding one chunk's columns back to back (``rows`` values of each
+    column's dtype, 64-byte aligned). Small and reused chunk after chunk, so its pages are faulted
+    in once, however many rows the grid has; a mapping of at most KEEP_RING_BYTES is kept for the
+    next sweep of this process."""
+
+    def __init__(self, rows: int, children: int):
+        self.rows = rows
+        self.slot_bytes = -(-rows * RING_ROW_BYTES // 4096) * 4096
         need = self.slot_bytes * SLOTS * children
         kept = _KEPT[0]
         if kept is not None and len(kept) >= need:
@@ -127,6 +140,17 @@ class _Ring:
             self.buf = mmap.mmap(-1, need)            # MAP_SHARED | MAP_ANONYMOUS
             if need <= KEEP_RING_BYTES:
                 _KEPT[0] = self.buf
+        self.layout = None
+
+    def lay_out(self, specs: dict) -> bool:
+        """Place the columns of ``specs`` in each slot; False when they do not fit a slot."""
+        self.layout, off = [], 0
+        for key, (kind, info) in specs.items():
+            if kind != "const":
+                dt = np.dtype(np.int8 if kind == "code" else info)
+                self.layout.append((key, dt, off))
+                off += -(-self.rows * dt.itemsize // 64) * 64
+        return off <= self.slot_bytes
 
     def views(self, child: int, slot: int, rshape) -> dict:
         """{key: the slot's array of that column, shaped like the chunk's region}."""
@@ -142,21 +166,13 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
     ``workers`` processes; keys in ``skip`` are not columns; ``code_keys`` arrive as int8 codes and
     are returned as codes, or with ``code_text`` (an object array: the text of each code) as that
     text. Returns {key: grid-shaped array} in the first chunk's key order, or None when the grid
-    must be evaluated in one process (module doc). Text columns are filled chunk by chunk, as the
-    chunks arrive: the parent's work per chunk, which the work queue balances against the children's."""
-    first = run(tasks[0])
-    specs = {}
-    for key, v in first.items():
-        if key in skip:
-            continue
-        s = _spec(key, v, code_keys)
-        if s is None:
-            return None
-        specs[key] = s
-    rest = tasks[1:]
-    per = -(-len(rest) // _QUEUE_ITEMS)              # tasks per queue entry
-    batches = [rest[i:i + per] for i in range(0, len(rest), per)]
-    ring = _Ring(specs, max(place(t)[1] for t in rest), workers - 1)
+    must be evaluated in one process (module doc). Every process learns the columns from the first
+    chunk it evaluates and the children's must equal the parent's. Text columns are filled chunk by
+    chunk as the chunks arrive: the parent's work per chunk, which the work queue balances against
+    the children's."""
+    per = -(-len(tasks) // _QUEUE_ITEMS)             # tasks per queue entry
+    batches = [tasks[i:i + per] for i in range(0, len(tasks), per)]
+    ring = _Ring(max(place(t)[1] for t in tasks), workers - 1)
     qr, qw = os.pipe()
     os.write(qw, np.arange(len(batches), dtype="<i4").tobytes())
     os.close(qw)                                     # an empty queue then reads as end of file
@@ -164,28 +180,24 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
     finished = ok = False
     try:
         for c in range(workers - 1):
-            children.append(_fork_child(c, qr, batches, run, place, shape, specs, ring))
-        # the parent's columns: private memory allocated after the fork (no copy-on-write)
-        state = _Parent(children, ring, specs, code_text, place, shape, rest, progress, total)
-        ok = _fits(specs, first)
-        if ok:
-            state.put(place(tasks[0])[0], first)
-            state.advance(place(tasks[0])[1])
+            children.append(_fork_child(c, qr, batches, per, run, place, shape, ring, skip, code_keys))
+        state = _Parent(children, ring, code_text, place, shape, tasks, progress, total, skip, code_keys)
+        ok = True
         while ok:
             got = os.read(qr, 4)
             if not got:
                 break
             for t in batches[int.from_bytes(got, "little", signed=True)]:
-                res = run(t)
-                if not _fits(specs, res):
+                if not state.put_result(place(t)[0], run(t)):
                     ok = False
                     break
-                state.put(place(t)[0], res)
                 state.advance(place(t)[1])
-            state.drain(block=False)
+            if ok:
+                state.drain(block=False)
+                ok = not state.fallback
         if ok:
             state.drain(block=True)
-            ok = not state.fallback
+            ok = not state.fallback and state.specs is not None
             finished = True
     finally:
         if not finished or not ok:                   # an error or a fallback: stop the children's work
@@ -203,23 +215,42 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
 
 
 class _Parent:
-    """The parent's columns and its side of the children's messages: each chunk a child reports
-    ready is copied from its slot into the columns and the slot handed back; failures are raised
-    here."""
+    """The parent's columns (private memory, allocated after the fork: no copy-on-write) and its side
+    of the children's messages: each chunk a child reports ready is copied from its slot into the
+    columns and the slot handed back; failures are raised here."""
 
-    def __init__(self, children, ring, specs, code_text, place, shape, tasks, progress, total):
-        self.children, self.ring, self.specs, self.place, self.shape = children, ring, specs, place, shape
+    def __init__(self, children, ring, code_text, place, shape, tasks, progress, total, skip, code_keys):
+        self.children, self.ring, self.place, self.shape = children, ring, place, shape
         self.tasks, self.progress, self.total = tasks, progress, total
-        self.code_text = code_text
-        self.out = {k: np.empty(shape, dtype=np.int8 if kind == "code" else info)
-                    for k, (kind, info) in specs.items() if kind == "num" or (kind == "code" and code_text is None)}
-        self.text = {k: np.empty(shape, dtype=object) for k, (kind, _i) in specs.items() if k not in self.out}
+        self.code_text, self.skip, self.code_keys = code_text, skip, code_keys
+        self.specs = None
         self.bufs = [b""] * len(children)
         self.open = set(range(len(children)))
         self.fallback = False
         self.done = 0
         for _pid, r, _f in children:
             os.set_blocking(r, False)
+
+    def _adopt(self, specs) -> bool:
+        """The columns, from the first chunk evaluated here (or a child's); False when they cannot be
+        gathered here (the grid goes to one process)."""
+        if specs is None or not self.ring.lay_out(specs):
+            return False
+        self.specs = specs
+        self.out = {k: np.empty(self.shape, dtype=np.int8 if kind == "code" else info)
+                    for k, (kind, info) in specs.items()
+                    if kind == "num" or (kind == "code" and self.code_text is None)}
+        self.text = {k: np.empty(self.shape, dtype=object) for k in specs if k not in self.out}
+        return True
+
+    def put_result(self, where, res: dict) -> bool:
+        """One of the parent's chunks into its region; False when it does not fit the columns."""
+        if self.specs is None and not self._adopt(_specs_of(res, self.skip, self.code_keys)):
+            return False
+        if not _fits(self.specs, res):
+            return False
+        self.put(where, res)
+        return True
 
     def put(self, where, values: dict) -> None:
         """One chunk's values (fitting the columns) into its region ``where``."""
@@ -242,7 +273,7 @@ class _Parent:
 
     def drain(self, block: bool) -> None:
         """Handle every message the children have sent; with ``block``, until each has finished."""
-        while self.open:
+        while self.open and not self.fallback:
             if block:
                 select.select([self.children[c][1] for c in self.open], [], [])
             got_any = False
@@ -262,15 +293,23 @@ class _Parent:
 
     def _handle(self, c: int) -> None:
         buf = self.bufs[c]
-        while len(buf) >= _MSG.size:
+        while len(buf) >= _MSG.size and not self.fallback:
             kind, a, b = _MSG.unpack_from(buf)
-            if kind == _FAIL:
+            if kind in (_FAIL, _SPECS):                    # a pickled payload of a bytes follows
                 if len(buf) < _MSG.size + a:
                     break
-                self.open.discard(c)
-                _raise(pickle.loads(buf[_MSG.size:_MSG.size + a]))
+                payload = pickle.loads(buf[_MSG.size:_MSG.size + a])
+                buf = buf[_MSG.size + a:]
+                if kind == _FAIL:
+                    self.open.discard(c)
+                    _raise(payload)
+                if self.specs is None:                     # the parent has evaluated no chunk yet
+                    self.fallback = not self._adopt(payload)
+                elif list(payload.items()) != list(self.specs.items()):
+                    self.fallback = True                   # the child's columns differ: one process
+                continue
             buf = buf[_MSG.size:]
-            if kind == _READY:                             # slot a holds task b (after the first)
+            if kind == _READY:                             # slot a holds task b
                 where, rows = self.place(self.tasks[b])
                 self.put(where, self.ring.views(c, a, _region_shape(self.shape, where)))
                 try:
@@ -286,11 +325,12 @@ class _Parent:
         self.bufs[c] = buf
 
 
-def _fork_child(c: int, qr: int, batches: list, run, place, shape, specs: dict, ring: _Ring) -> tuple:
+def _fork_child(c: int, qr: int, batches: list, per: int, run, place, shape, ring: _Ring, skip,
+                code_keys) -> tuple:
     """Fork child ``c``: it takes batches of tasks from the queue ``qr`` until it is empty, evaluates
-    each task into one of its free slots of ``ring`` and reports it ready; then it reports that it
-    is done (or that a result does not fit, or its failure) and exits. Returns (pid, its messages'
-    read end, the write end of its free slots)."""
+    each task into one of its free slots of ``ring`` and reports it ready (its columns first, from
+    its first chunk); then it reports that it is done (or that a result does not fit, or its
+    failure) and exits. Returns (pid, its messages' read end, the write end of its free slots)."""
     r, w = os.pipe()
     fr, fw = os.pipe()
     pid = os.fork()
@@ -303,6 +343,7 @@ def _fork_child(c: int, qr: int, batches: list, run, place, shape, specs: dict, 
     status = 0
     try:
         free = list(range(SLOTS - 1, -1, -1))
+        specs = None
         while True:
             got = os.read(qr, 4)
             if not got:
@@ -310,6 +351,13 @@ def _fork_child(c: int, qr: int, batches: list, run, place, shape, specs: dict, 
             b = int.from_bytes(got, "little", signed=True)
             for k, t in enumerate(batches[b]):
                 res = run(t)
+                if specs is None:
+                    specs = _specs_of(res, skip, code_keys)
+                    if specs is None or not ring.lay_out(specs):
+                        os.write(w, _MSG.pack(_FALL, 0, 0))
+                        raise _Quit
+                    msg = pickle.dumps(specs)
+                    _write_all(w, _MSG.pack(_SPECS, len(msg), 0) + msg)
                 if not _fits(specs, res):
                     os.write(w, _MSG.pack(_FALL, 0, 0))
                     raise _Quit
@@ -318,7 +366,7 @@ def _fork_child(c: int, qr: int, batches: list, run, place, shape, specs: dict, 
                 slot = free.pop()
                 for key, v in ring.views(c, slot, _region_shape(shape, place(t)[0])).items():
                     v[...] = res[key]
-                os.write(w, _MSG.pack(_READY, slot, b * len(batches[0]) + k))
+                os.write(w, _MSG.pack(_READY, slot, b * per + k))
         os.write(w, _MSG.pack(_DONE, 0, 0))
     except _Quit:
         status = 1
@@ -326,11 +374,16 @@ def _fork_child(c: int, qr: int, batches: list, run, place, shape, specs: dict, 
         status = 1
         try:
             msg = pickle.dumps(_failure(exc))
-            os.write(w, _MSG.pack(_FAIL, len(msg), 0) + msg)
+            _write_all(w, _MSG.pack(_FAIL, len(msg), 0) + msg)
         except BaseException:                        # noqa: BLE001
             pass
     finally:
         os._exit(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
 
 
 class _Quit(Exception):
