@@ -447,6 +447,18 @@ def test_forked_workers_give_the_single_process_frame(monkeypatch):
     assert two["bound"].dtype == object and (two["model"] == SPEC["model"]).all()
 
 
+def test_forked_workers_three_axes_and_broadcast_columns(monkeypatch):
+    """Three numeric axes (chunks cut along the first): a child's columns travel in compact form
+    (a column broadcast along a dimension, such as the weights' bytes, stored once) and are
+    broadcast back into the grid; the frame equals the single-process one bit for bit."""
+    sw = _sweep_module(monkeypatch)
+    axes = dict(batch_size=range(1, 21), gen_len=[64, 128, 256], prompt_len=range(16, 1601, 16))
+    one = sweep(SPEC, workers=1, chunk_rows=600, **axes)
+    two = sweep(SPEC, workers=2, chunk_rows=600, **axes)
+    _frames_identical(one, two)
+    assert two["weights_bytes"].nunique() == 1 and two["step_latency_s"].nunique() > 1000
+
+
 def test_forked_worker_errors_reach_the_caller(monkeypatch):
     """An input error in a child is raised in the parent as the same InputError; any other error as
     a RuntimeError naming it. (The chunks are dealt from a queue: only the child raises here.)"""

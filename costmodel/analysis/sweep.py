@@ -23,7 +23,8 @@ How it is evaluated (no Python loop per row):
   alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
   (32768 by default: arrays that stay in the CPU cache) along their first vectorised axis; the
   per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
-  evaluated on forked processes that write into shared output columns (:mod:`costmodel.fast.sweep_fork`:
+  evaluated on forked processes that take chunks from a shared work queue and pass each chunk's
+  columns through a small shared buffer into this process's columns (:mod:`costmodel.fast.sweep_fork`:
   threads do not help, the Python between numpy calls holds the GIL), a grid of several groups on
   forked processes that send their chunks' results back; on platforms without ``fork`` or in a
   process with other threads running, on threads.
@@ -397,7 +398,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     cluster: ``scheduler`` None starts a ``LocalCluster``; an address such as
     ``"tcp://host:8786"`` or a ``distributed.Client`` uses that cluster).
     ``chunk_rows``: rows per evaluation call (default 32768: arrays that stay in cache) and per
-    Dask task (default 2**20). ``workers``: processes (forked, writing into shared columns) or,
+    Dask task (default 2**20). ``workers``: processes (forked, their chunks gathered here) or,
     where forking is not safe, threads evaluating chunks (default: the CPU count, at most 8; 1 =
     this process alone); see the module docstring.
     ``output``: also write the rows to ``.csv`` or ``.parquet``. With the Dask engine the result

@@ -152,12 +152,32 @@ class _Ring:
                 off += -(-self.rows * dt.itemsize // 64) * 64
         return off <= self.slot_bytes
 
-    def views(self, child: int, slot: int, rshape) -> dict:
-        """{key: the slot's array of that column, shaped like the chunk's region}."""
+    def write(self, child: int, slot: int, rshape, res: dict) -> bytes:
+        """Write a chunk's columns into a slot, each in its compact form: a dimension along which the
+        value is broadcast (stride 0: the same element, so equal values) is stored once. Returns
+        those dimensions, a bit mask per column (little-endian uint64s), for :meth:`read`."""
         base = (child * SLOTS + slot) * self.slot_bytes
-        n = int(np.prod(rshape, dtype=np.int64))
-        return {key: np.frombuffer(self.buf, dtype=dt, count=n, offset=base + off).reshape(rshape)
-                for key, dt, off in self.layout}
+        masks = np.zeros(len(self.layout), dtype="<u8")
+        for i, (key, dt, off) in enumerate(self.layout):
+            v = np.broadcast_to(res[key], rshape)
+            m = 0
+            for d, (st, n) in enumerate(zip(v.strides, rshape)):
+                if st == 0 or n == 1:
+                    m |= 1 << d
+            small = v[tuple(slice(0, 1) if m >> d & 1 else slice(None) for d in range(len(rshape)))]
+            np.frombuffer(self.buf, dtype=dt, count=small.size, offset=base + off).reshape(small.shape)[...] = small
+            masks[i] = m
+        return masks.tobytes()
+
+    def read(self, child: int, slot: int, rshape, masks: bytes) -> dict:
+        """{key: the slot's compact array of that column}, broadcastable to the chunk's region."""
+        base = (child * SLOTS + slot) * self.slot_bytes
+        out = {}
+        for (key, dt, off), m in zip(self.layout, np.frombuffer(masks, dtype="<u8").tolist()):
+            shape = tuple(1 if m >> d & 1 else n for d, n in enumerate(rshape))
+            out[key] = np.frombuffer(self.buf, dtype=dt, count=int(np.prod(shape, dtype=np.int64)),
+                                     offset=base + off).reshape(shape)
+        return out
 
 
 def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress=None, total: int = 0,
@@ -308,16 +328,21 @@ class _Parent:
                 elif list(payload.items()) != list(self.specs.items()):
                     self.fallback = True                   # the child's columns differ: one process
                 continue
-            buf = buf[_MSG.size:]
-            if kind == _READY:                             # slot a holds task b
+            if kind == _READY:                             # slot a holds task b; a mask per column follows
+                n = 8 * len(self.ring.layout)
+                if len(buf) < _MSG.size + n:
+                    break
+                masks, buf = buf[_MSG.size:_MSG.size + n], buf[_MSG.size + n:]
                 where, rows = self.place(self.tasks[b])
-                self.put(where, self.ring.views(c, a, _region_shape(self.shape, where)))
+                self.put(where, self.ring.read(c, a, _region_shape(self.shape, where), masks))
                 try:
                     os.write(self.children[c][2], a.to_bytes(4, "little", signed=True))
                 except BrokenPipeError:                    # the child has finished and exited
                     pass
                 self.advance(rows)
-            elif kind == _DONE:
+                continue
+            buf = buf[_MSG.size:]
+            if kind == _DONE:
                 self.open.discard(c)
             elif kind == _FALL:
                 self.open.discard(c)
@@ -364,9 +389,8 @@ def _fork_child(c: int, qr: int, batches: list, per: int, run, place, shape, rin
                 if not free:
                     free.append(int.from_bytes(_read_exactly(fr, 4), "little", signed=True))
                 slot = free.pop()
-                for key, v in ring.views(c, slot, _region_shape(shape, place(t)[0])).items():
-                    v[...] = res[key]
-                os.write(w, _MSG.pack(_READY, slot, b * per + k))
+                masks = ring.write(c, slot, _region_shape(shape, place(t)[0]), res)
+                _write_all(w, _MSG.pack(_READY, slot, b * per + k) + masks)
         os.write(w, _MSG.pack(_DONE, 0, 0))
     except _Quit:
         status = 1
