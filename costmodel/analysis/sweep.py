@@ -198,7 +198,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
     strict = on_invalid == "error"
     tasks = ((b, piece) for b in blocks if b.invalid is None for piece in _pieces(b, axes, names, chunk_rows)
              if bad is None or not (b.rowwise and bad[piece[0]]))
-    done += sum(int(np.prod([len(axes[n].values) for n in names if n not in b.index], dtype=np.int64))
+    done += sum(math.prod(len(axes[n].values) for n in names if n not in b.index)
                 for b in blocks if b.invalid is not None)
     run = _run_piece if strict else _run_piece_or_reason
     if workers > 1 and len(blocks) == 1 and not blocks[0].rowwise and can_fork():

@@ -48,7 +48,8 @@ class InvalidRows:
         if mask is not None:
             free &= np.broadcast_to(mask, region.shape)
         region[free] = reason
-        self.reasons[where] = region
+        if region.base is not self.reasons:     # a copy (a list of indices), not a view: written back
+            self.reasons[where] = region
 
     @property
     def mask(self):
