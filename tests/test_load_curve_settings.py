@@ -81,3 +81,27 @@ def test_nim_fp8_rows_need_an_fp8_kv_cache():
     nim = d[d.publication == "nim-llm-bench-perf"]
     assert len(nim) == 24 and (nim.kv_dtype == "fp8").all()
     assert d[d.publication != "nim-llm-bench-perf"].kv_dtype.isna().all()
+
+
+def test_excluded_rows_name_real_rows_with_a_reason(slc):
+    """Each row of validation/excluded_load_curves.csv is a row of load_curves.csv (same publication and
+    metric) and says why; the QPS-inf TTFT rows of the reused Azure server (LC153, LC154) are there."""
+    d = pd.read_csv(os.path.join(HERE, "..", "validation", "load_curves.csv")).set_index("id")
+    e = pd.read_csv(os.path.join(HERE, "..", "validation", "excluded_load_curves.csv"))
+    for _, r in e.iterrows():
+        assert (d.loc[r["id"], "publication"], d.loc[r["id"], "metric"]) == (r["publication"], r["metric"])
+        assert len(str(r["reason"])) > 40
+    assert {"LC153", "LC154"} <= set(slc.excluded_rows())
+
+
+def test_a_cold_qps_inf_prefill_cannot_give_the_measured_ttft():
+    """LC153: 200 prompts, 42,659 tokens, all sent at t = 0, at most 8192 prompt tokens per step:
+    ceil(42,659 / 8192) = 6 prefill steps. One 8192-token step of Llama-3.3-70B on 8 A100-40GB (TP8)
+    needs 2 × 70.6e9 × 8192 / 8 = 1.446e14 FLOP per GPU, at the A100's 312e12 FLOP/s peak >= 0.46 s.
+    The requests of the k-th step see their first token after k steps, so the mean TTFT of a cold start
+    is at least 0.46 s × (1 + 2 + … + 6) / 6 = 0.46 × 3.5 = 1.6 s, far above the 0.36 s measured."""
+    steps = math.ceil(42_659 / 8192)
+    assert steps == 6
+    step_s = 2 * 70.6e9 * 8192 / 8 / 312e12
+    assert step_s == pytest.approx(0.4635, rel=1e-3)
+    assert step_s * sum(range(1, steps + 1)) / steps > 4 * 0.3604

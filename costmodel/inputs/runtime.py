@@ -80,6 +80,16 @@ class Runtime:
     #: (llama.cpp: Q6_K output.weight in Q4_0 files); None = the body's format
     lm_head_bytes_per_weight_int4: float | None = None
     lm_head_bytes_per_weight_int8: float | None = None
+    #: the device memory the engine gives its KV pool (serving): ``kv_pool_fraction`` f of ``total``
+    #: memory, less weights, activations and overhead (vLLM ``gpu_memory_utilization``), or of the
+    #: ``free`` memory left after them (TensorRT-LLM ``free_gpu_memory_fraction``); None: all of it
+    #: (:meth:`costmodel.serving.stepcost.StepCosts.kv_capacity_tokens`)
+    kv_pool_fraction: float | None = None
+    kv_pool_basis: str = "total"
+    #: how the target scores a chain's γ+1 tokens per sequence (``SPEC_SCORERS``): ``multi_query``, one
+    #: sequence of γ+1 queries reading its KV once; ``batch_expansion``, γ+1 single-query sequences each
+    #: reading its own context (:func:`costmodel.engine.strategies.common.chain_verify_shape`)
+    spec_scorer: str = "multi_query"
     #: engine version the profile describes (``runtime=vllm@0.6``; None: a profile without versions)
     version: str | None = None
     #: host seconds of one scheduler invocation that the device waits for (scheduling, input
@@ -131,14 +141,17 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
-            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "tp_allreduce")
+            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "tp_allreduce", "spec_scorer",
+            "kv_pool_fraction", "kv_pool_basis")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 TP_ALLREDUCE = ("auto", "custom")
+SPEC_SCORERS = ("multi_query", "batch_expansion")
+KV_POOL_BASES = ("total", "free")
 KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONAL + ("default_version", "versions")
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
 VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
-                "gqa_attention", "fp8_moe_experts")
+                "gqa_attention", "fp8_moe_experts", "spec_scorer")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -175,6 +188,10 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
                   lambda s: s.num("value", min_value=0.125, max_value=4))
     _optional(f, "gqa_attention", vals, sources, _gqa_attention)
     _optional(f, "tp_allreduce", vals, sources, _tp_allreduce)
+    _optional(f, "spec_scorer", vals, sources, _spec_scorer)
+    # a fraction of device memory: 0 would leave no KV pool
+    _optional(f, "kv_pool_fraction", vals, sources, lambda s: s.num("value", min_value=0.01, max_value=1.0))
+    _optional(f, "kv_pool_basis", vals, sources, _kv_pool_basis)
     for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts"):
         _optional(f, k, vals, sources, lambda s: s.flag("value"))
     _optional(f, "prefill_chunk_tokens", vals, sources,
@@ -207,6 +224,8 @@ def _choice(allowed: tuple, what: str):
 
 _gqa_attention = _choice(GQA_ATTENTION, "GQA attention kernel")
 _tp_allreduce = _choice(TP_ALLREDUCE, "tensor-parallel all-reduce")
+_spec_scorer = _choice(SPEC_SCORERS, "speculative scorer")
+_kv_pool_basis = _choice(KV_POOL_BASES, "KV-pool memory basis")
 
 
 def _version_key(text: str, source: str, field: str) -> tuple:
@@ -274,6 +293,10 @@ def _version_entry(f: Fields, version: str | None):
     if s is not None:
         s.check_keys(("value", "source"))
     _optional(e, "fp8_moe_experts", vals, sources, lambda s: s.flag("value"))
+    s = e.sub("spec_scorer", required=False)
+    if s is not None:
+        s.check_keys(("value", "source"))
+    _optional(e, "spec_scorer", vals, sources, _spec_scorer)
     return vals, sources, want
 
 

@@ -14,14 +14,16 @@ changes): the draft passes, draft↔target transfers and per-step host overheads
 time_per_output_token_s.
 
 Per decoding sequence the target pass takes the strategy's own verification shape
-(:func:`costmodel.engine.mixed.shape_coefficients` of ``decode_shape`` for γ+1 tokens or the tree's
+(:func:`costmodel.engine.mixed.shape_coefficients` of ``chain_verify_shape`` for γ+1 tokens, by the
+runtime's ``spec_scorer``, or the tree's
 ``verify_shape``). Tokens per step of a request with acceptance α_i: Leviathan's chain formula at
 the γ in force; a tree's τ under α_i's rank model (the tree itself is the one evaluate builds for
 the record's α); see :func:`request_alpha` for the records whose τ every request keeps.
 
-KV capacity of one instance (:func:`kv_capacity_tokens`): on the most loaded device,
+KV capacity of one instance (:meth:`StepCosts.kv_capacity_tokens`): on the most loaded device,
 usable − weights (target, and a draft on the same device) − activations of the largest pass −
-runtime overhead, divided by the KV bytes per token (target per device + a same-device draft's).
+runtime overhead, less what the runtime's ``kv_pool_fraction`` keeps out of the pool, divided by the
+KV bytes per token (target per device + a same-device draft's).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 from costmodel.engine import acceptance, memory
 from costmodel.engine.evaluate import build_exec, build_draft, evaluate_arrays, make_ctx
 from costmodel.engine.mixed import PassTable, shape_coefficients
-from costmodel.engine.strategies.common import decode_shape
+from costmodel.engine.strategies.common import chain_verify_shape
 from costmodel.engine.strategies.speculative import separate
 from costmodel.errors import InputError
 from costmodel.inputs.record import Record
@@ -67,9 +69,10 @@ class GammaCosts:
                 return verify_shape(ctx, tr, r.attention_kernel, [])
         else:
             q = 1.0 if r.strategy == "autoregressive" else gamma + 1.0
+            scorer = "multi_query" if r.strategy == "autoregressive" else sc.ex.rt.spec_scorer
 
             def shape_at(L):
-                return decode_shape(1.0, q, L)
+                return chain_verify_shape(1.0, q, L, scorer)
         self.q_tok, self.q_lm, self.p0, self.p1, self.k0, self.k1 = shape_coefficients(shape_at)
         self.slots = int(math.ceil(self.q_tok)) - 1          # speculative KV slots beyond the context
         n = np.arange(1, sc.max_num_seqs + 1, dtype=float)
@@ -181,12 +184,20 @@ class StepCosts:
         return float(b)
 
     def kv_capacity_tokens(self, max_tokens: int) -> int:
+        """KV tokens the instance's pool holds (module docstring): rest = usable − weights − activations
+        − overhead on the most loaded device; the pool is ``rest`` itself, or what the runtime's
+        ``kv_pool_fraction`` f leaves: f·usable − weights − activations − overhead = rest − (1 − f)·usable
+        (basis ``total``, vLLM's gpu_memory_utilization) or f·rest (basis ``free``, TensorRT-LLM's
+        free_gpu_memory_fraction); divided by the KV bytes per token."""
         ex = self.ex
         weights = memory.weights_device_bytes(ex)
         if self.draft_ex is not None and not separate_draft(self.rec):
             weights += memory.weights_device_bytes(self.draft_ex)
         acts = float(np.ravel(memory.activation_bytes(ex, max_tokens, self.max_num_seqs * 8))[0])
         free = ex.hw.usable_bytes - weights - acts - ex.rt.memory_overhead_bytes
+        f = ex.rt.kv_pool_fraction
+        if f is not None:
+            free = free - (1.0 - f) * ex.hw.usable_bytes if ex.rt.kv_pool_basis == "total" else f * free
         cap = int(free // self.kv_bytes_per_token())
         if cap <= 0:
             raise InputError(f"the deployment leaves no memory for the KV cache on {ex.hw.id} "

@@ -69,6 +69,23 @@ def decode_shape(B, q, L, extra_ops=None) -> PassShape:
                      lm_tokens=B * q, extra_ops=extra_ops or [], seqs=B)
 
 
+def chain_verify_shape(B, q, L, scorer: str = "multi_query") -> PassShape:
+    """The target's pass scoring q = γ+1 tokens of each of B sequences at context L, by the runtime's
+    scorer (``Runtime.spec_scorer``):
+
+    * ``multi_query``: :func:`decode_shape` — one sequence of q causal queries, its KV read once (B·L);
+    * ``batch_expansion`` (vLLM's V0 ``BatchExpansionTop1Scorer``): each sequence becomes q single-query
+      sequences, the j-th (j = 0…q−1) holding the first j drafted tokens, so its query sits at context
+      L + j and it reads those L + j cached tokens itself: KV read B·Σ_j (L + j) = B·(q·L + q(q−1)/2),
+      over B·q sequences. Tokens, logits and attention pairs (Σ_j (L + j + 1) = q·L + q(q+1)/2) are
+      those of the multi-query pass."""
+    if scorer == "multi_query":
+        return decode_shape(B, q, L)
+    B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
+    return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * (q * L + q * (q - 1) / 2.0),
+                     lm_tokens=B * q, seqs=B * q)
+
+
 def prefill_shape(B, P) -> PassShape:
     """Prompt processing: B·P tokens, causal attention P(P+1)/2 pairs each, logits for the last token."""
     B = np.asarray(B, dtype=float)

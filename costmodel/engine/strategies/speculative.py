@@ -33,8 +33,8 @@ from costmodel.engine.parallel import draft_link, transfer_time_s
 from costmodel.engine.roofline import Cost, comm_cost
 from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, prefill_shape, \
-    with_step_overhead, spec_method
+from costmodel.engine.strategies.common import Ctx, Outcome, Pass, chain_verify_shape, decode_shape, prefill_cost, \
+    prefill_shape, with_step_overhead, spec_method
 
 
 def tokens_per_step(ctx: Ctx, gamma) -> np.ndarray:
@@ -191,12 +191,12 @@ def speculative(ctx: Ctx, draft) -> Outcome:
         draft = head_exec(ex, ctx.rec.draft_model, ctx.rec.draft_vocab_size)
     n_draft_passes = 0.0 if draft is None else g
     dcost = draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L)
-    verify = pass_cost(decode_shape(B, g + 1.0, L), ex)
+    verify = pass_cost(chain_verify_shape(B, g + 1.0, L, ex.rt.spec_scorer), ex)
     halves = None
     if separate(ctx) and ctx.rec.draft_schedule == "overlap":
         Bh = np.maximum(np.ceil(B / 2.0), 1.0)
         halves = (draft_pass_costs(ctx, draft, n_draft_passes, 1.0, L, B=Bh),
-                  pass_cost(decode_shape(Bh, g + 1.0, L), ex), link_transfer(ctx, g, B=Bh))
+                  pass_cost(chain_verify_shape(Bh, g + 1.0, L, ex.rt.spec_scorer), ex), link_transfer(ctx, g, B=Bh))
     step = with_step_overhead(combine(ctx, dcost, verify, link_transfer(ctx, g), halves), ex, spec_method(ctx.rec.draft_model), seqs=ctx.B)
     tps = tokens_per_step(ctx, g)
     # target KV holds the context plus γ+1 speculative slots per sequence
