@@ -2,14 +2,16 @@
 
 Threads do not speed a sweep up: between numpy calls on cache-sized chunks the Python code holds
 the GIL, so two threads take turns. Processes run truly in parallel. On platforms with ``fork``
-the parent evaluates the first chunk (to learn the columns), puts the other chunks in a work
-queue (a pipe of task numbers that every process reads from, so a busier process simply takes
-fewer) and forks ``workers − 1`` children. The output columns are the parent's own private
-memory, allocated after the fork: the kernel backs them with transparent huge pages where it can,
-as in a single-process sweep. Each child evaluates the chunks it takes into one of a few slots of
-a small shared buffer (:class:`_Ring`, reused chunk after chunk, so only its few pages are ever
-faulted in) and tells the parent through a pipe; between its own chunks the parent copies each
-ready slot into its columns and hands the slot back. (Output columns in shared memory would be
+the parent puts the chunks in a work queue (a pipe of task numbers that every process reads from,
+so a busier process simply takes fewer) and forks ``workers − 1`` children; each process learns
+the columns from the first chunk it evaluates (a child's must equal the parent's, else the grid
+goes to one process). The output columns are the parent's own private memory, allocated after
+the fork: the kernel backs them with transparent huge pages where it can, as in a single-process
+sweep. Each child evaluates the chunks it takes into one of a few slots of a small shared buffer
+(:class:`_Ring`, reused chunk after chunk, so only its few pages are ever faulted in; a column
+broadcast along a dimension is stored once along it) and tells the parent through a pipe; between
+its own chunks the parent copies each ready slot into its columns, fills the chunk's text columns
+and hands the slot back. (Output columns in shared memory would be
 faulted in 4 KiB page by page wherever shared memory gets no huge pages, which costs about as much
 as evaluating the rows: two workers then took longer than one.) The columns:
 
@@ -17,8 +19,8 @@ as evaluating the rows: two workers then took longer than one.) The columns:
 * a text column that holds one value per chunk (model, hardware, strategy, ...) is filled by the
   parent from that value;
 * a text column that names a bound (``bound``, ``prefill_bound``) arrives as int8 codes into
-  :data:`costmodel.engine.roofline.BOUNDS` (``evaluate_arrays(bound_codes=True)``) and stays coded: the
-  caller turns each into text once.
+  :data:`costmodel.engine.roofline.BOUNDS` (``evaluate_arrays(bound_codes=True)``) and is returned
+  as codes, or (``code_text`` given) as text filled chunk by chunk.
 
 Anything else (another kind of text column, a column whose kind changes between chunks) makes
 :func:`evaluate_forked` return None, and the caller evaluates the grid in one process. So does a
@@ -73,7 +75,7 @@ def _spec(key, value, code_keys=()):
 SLOTS = 3
 _MSG = struct.Struct("<iiq")             # (kind, a, b): a child's message to the parent
 _READY, _DONE, _FALL, _FAIL, _SPECS = 0, 1, 2, 3, 4
-_QUEUE_ITEMS = 8192                      # most entries in the work queue (4 bytes each: one pipe's buffer)
+_QUEUE_ITEMS = 1024                      # most entries in the work queue (4 bytes each: one page of pipe)
 
 
 def _region_shape(shape, where) -> tuple:
