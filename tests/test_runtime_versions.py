@@ -179,7 +179,8 @@ def test_trt_llm_0_9_fp8_mixtral_experts_by_hand():
     bytes = 8 x 176,160,768 x 1 + 512 x (4096 + 4096) x 2 bytes x 2 (k) = 1,409,286,144 + 16,777,216
     = 1,426,063,360 either way (1-byte weights).
     0.10+: fp8 GEMM at 1.9789e15 x 0.698 = 1.38127e15 FLOP/s, no dequantisation.
-    0.9: weight-only: fp16 rate 9.894e14 x 0.798 = 7.89541e14 FLOP/s (trt-llm compute_efficiency 1.0)
+    0.9: weight-only, in the Ampere (mma.sync) grouped GEMM: fp16 rate 9.894e14 x 0.798 x 0.667 (the
+    share of the H100 peak mma.sync issues) = 5.26624e14 FLOP/s (trt-llm compute_efficiency 1.0)
     plus int8's 2 dequantisation FLOPs per weight read: 8 x 176,160,768 x 2 = 2,818,572,288."""
     from costmodel.engine.roofline import unit_flops_per_s
     new_ex, new = _moe_ffn("trt-llm@0.10")
@@ -187,7 +188,7 @@ def test_trt_llm_0_9_fp8_mixtral_experts_by_hand():
     assert float(new.flops) == float(old.flops) == pytest.approx(360_777_252_864, rel=1e-12)
     assert float(new.hbm_bytes) == float(old.hbm_bytes) == pytest.approx(1_426_063_360, rel=1e-9)
     assert unit_flops_per_s(new, new_ex) == pytest.approx(1.9789e15 * 0.698, rel=1e-12)
-    assert unit_flops_per_s(old, old_ex) == pytest.approx(9.894e14 * 0.798, rel=1e-12)
+    assert unit_flops_per_s(old, old_ex) == pytest.approx(9.894e14 * 0.798 * 0.667, rel=1e-12)
     assert (float(new.dequant_flops), float(old.dequant_flops)) == (0.0, pytest.approx(2_818_572_288, rel=1e-12))
     # attention and the other linears stay fp8: the non-expert operators are the same
     from costmodel.engine.ops import PassShape, layer_ops
@@ -195,6 +196,60 @@ def test_trt_llm_0_9_fp8_mixtral_experts_by_hand():
     rest = [[(o.name, float(o.flops), float(o.hbm_bytes), o.unit_flops_per_s) for o in layer_ops(shape, ex)
              if o.name != "moe_ffn"] for ex in (new_ex, old_ex)]
     assert rest[0] == rest[1]
+
+
+# --- TensorRT-LLM up to 0.9: Ampere (mma.sync) MoE GEMMs on Hopper -------------------------------------
+
+@pytest.mark.parametrize("asked, legacy", [("0.5", True), ("0.6", True), ("0.9", True), ("0.10", False)])
+def test_trt_llm_moe_gemm_kernels_by_version(asked, legacy):
+    assert load_runtime(f"trt-llm@{asked}").moe_gemm_mma_sync is legacy
+    assert not load_runtime("trt-llm").moe_gemm_mma_sync      # the default (current) engine
+
+
+@pytest.mark.parametrize("hardware, peak, gemm_fraction", [("h100-sxm", 9.894e14, 0.798), ("h200", 9.894e14, 0.799)])
+def test_trt_llm_0_9_fp16_experts_on_hopper_run_at_the_mma_sync_ceiling(hardware, peak, gemm_fraction):
+    """An fp16 Mixtral engine on Hopper under 0.9: its other matrices run cuBLAS (wgmma) at the full
+    fp16 rate, 9.894e14 x 0.798 = 7.89541e14 FLOP/s on an H100 SXM, its experts in the Ampere grouped
+    GEMM at 2/3 of that peak: 9.894e14 x 0.798 x 0.667 = 5.26624e14 FLOP/s (H200: x 0.799 =
+    5.27291e14). 0.10 runs them at the pass's rate (None). FLOPs and bytes are the same in both."""
+    from costmodel.engine.roofline import unit_flops_per_s
+    old_ex, old = _moe_ffn("trt-llm@0.9", weight_dtype="fp16", hardware=hardware)
+    new_ex, new = _moe_ffn("trt-llm@0.10", weight_dtype="fp16", hardware=hardware)
+    assert unit_flops_per_s(old, old_ex) == pytest.approx(peak * gemm_fraction * 0.667, rel=1e-12)
+    assert old_ex.matrix_flops_per_s == pytest.approx(peak * gemm_fraction, rel=1e-12)
+    assert new.unit_flops_per_s is None
+    assert unit_flops_per_s(new, new_ex) == pytest.approx(peak * gemm_fraction, rel=1e-12)
+    assert (float(old.flops), float(old.hbm_bytes)) == (float(new.flops), float(new.hbm_bytes))
+
+
+def test_trt_llm_0_9_experts_on_ampere_and_ada_keep_their_rate():
+    """On an A100 (and an L40S) mma.sync is the native instruction: no share is recorded (1), and the
+    0.9 experts run at the pass's own rate (None), the A100's 3.12e14 x 0.939 for fp16."""
+    for hardware in ("a100-80gb", "l40s"):
+        ex, op = _moe_ffn("trt-llm@0.9", weight_dtype="fp16", hardware=hardware)
+        assert ex.hw.mma_sync_matrix_fraction == 1.0
+        assert op.unit_flops_per_s is None
+
+
+def test_a_2048_token_mixtral_prefill_on_h100_under_0_9_by_hand():
+    """The experts' compute term of one layer of a 2048-token fp16 prefill on one of two H100 SXM
+    (tensor parallel: each device holds half of every expert): FLOPs = 2 x 176,160,768 / 2 x 2 (k) x 2048
+    = 721,554,505,728 per layer; at 9.894e14 x 0.798 x 0.667 = 5.266240e14 FLOP/s that is 1.37015 ms
+    (0.10 on the wgmma GEMM: / 7.895412e14 = 0.91389 ms, 2/3 of it)."""
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.ops import PassShape, layer_ops
+    from costmodel.engine.roofline import unit_flops_per_s
+    from costmodel.inputs.record import parse_record
+    times = {}
+    for runtime in ("trt-llm@0.9", "trt-llm@0.10"):
+        ex = build_exec(parse_record(dict(model="mixtral-8x7b", hardware="h100-sxm", runtime=runtime, n_devices=2,
+                                          batch_size=1, prompt_len=1, gen_len=1, weight_dtype="fp16")))
+        op = next(o for o in layer_ops(PassShape(tokens=2048.0, pairs=0.0, kv_hbm_tokens=0.0), ex)
+                  if o.name == "moe_ffn")
+        assert float(op.flops) == pytest.approx(721_554_505_728, rel=1e-12)
+        times[runtime] = float(op.flops) / unit_flops_per_s(op, ex)
+    assert times["trt-llm@0.9"] == pytest.approx(1.37015e-3, rel=1e-5)
+    assert times["trt-llm@0.10"] == pytest.approx(0.91389e-3, rel=1e-5)
 
 
 def test_fp16_engines_and_dense_models_are_unchanged_by_the_fp8_moe_attribute():

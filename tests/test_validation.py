@@ -33,10 +33,11 @@ CSV = VALIDATION_DIR / "measurements.csv"
 # With the never-seen serving rows (measurements_serving.csv) in the default data: 16.1 / 48.9 / 68.8 on
 # 276 rows (fp8 KV cache and the fp8 GEMM fraction in); 16.2 / 48.3 / 67.9 on 287 with the vLLM EAGLE chains
 # (reported, not fitted) and the audit fixes; 15.2 / 45.1 / 71.8 on 287 with the trt-llm engine versions;
-# 15.2 / 44.5 / 71.8 with fp8 MoE experts weight-only before TensorRT-LLM 0.10.
-# Each guard sits within ~1 percentage point of the value measured today (15.25 / 44.47 / 71.78), so a
+# 15.2 / 44.5 / 71.8 with fp8 MoE experts weight-only before TensorRT-LLM 0.10; 15.3 / 40.4 / 71.4 with
+# TensorRT-LLM 0.9's Ampere (mma.sync) MoE GEMMs at 2/3 of the Hopper peak (the Hopper Mixtral rows).
+# Each guard sits within ~1 percentage point of the value measured today (15.3 / 40.4 / 71.4), so a
 # regression fails: tighten them when the model improves, never loosen them to let a change pass.
-GUARD = {"median_abs_rel_error": 0.16, "p90_abs_rel_error": 0.455, "within_25pct": 0.71}
+GUARD = {"median_abs_rel_error": 0.16, "p90_abs_rel_error": 0.415, "within_25pct": 0.71}
 # Leave-one-publication-out (the headline): 18.1 / 81.6 / 56.6 before physical bounds; 18.2 / 82.9 / 57.6
 # with every efficiency <= 1; 14.7 / 50.5 / 69.7 with the speculation host work counted and unseen
 # parameters kept at their priors.
@@ -48,8 +49,10 @@ GUARD = {"median_abs_rel_error": 0.16, "p90_abs_rel_error": 0.455, "within_25pct
 # source) and the audit fixes (one Llama-2-70B row past its context left out); 17.5 / 47.5 / 65.5 with
 # the trt-llm engine versions; 16.9 / 44.6 / 65.5 with fp8 MoE experts weight-only before TensorRT-LLM
 # 0.10; 16.7 / 44.6 / 65.5 with the MI300X vLLM latency rows on the fp16 KV cache their command line
-# implies. Guards within ~1 point of today's values (16.70 / 44.64 / 65.51).
-LOPO_GUARD = {"median_abs_rel_error": 0.172, "p90_abs_rel_error": 0.455, "within_25pct": 0.65}
+# implies; 16.7 / 42.4 / 65.5 with TensorRT-LLM 0.9's Ampere (mma.sync) MoE GEMMs at 2/3 of the Hopper
+# peak (Hopper Mixtral rows +118 % -> +64 % at worst). Guards within ~1 point of today's values
+# (16.72 / 42.44 / 65.51).
+LOPO_GUARD = {"median_abs_rel_error": 0.172, "p90_abs_rel_error": 0.435, "within_25pct": 0.65}
 
 
 # fixtures `measurements`, `loso` (leave-one-table-out) and `lopo` (leave-one-publication-out):

@@ -187,7 +187,7 @@ def magicdec_table(r):
 def magicdec_fig1_ar(r):
     b = int(r["batch_size"].split("~")[1].split()[0])
     return [dict(id=r["id"], source_group="magicdec-fig1", metric="tokens_per_s", value=r["value"],
-                 model="llama-2-7b", hardware="a100-80gb", n_devices=8, weight_dtype="bf16", runtime="compiled",
+                 model="llama-2-7b-32k", hardware="a100-80gb", n_devices=8, weight_dtype="bf16", runtime="compiled",
                  batch_size=b, prompt_len=8000, gen_len=64, strategy="autoregressive",
                  notes=f"LLaMA-2-7B-32K = Llama-2-7B architecture; batch {b} implied by throughput x latency; "
                        "8xA100 inferred; gen_len 64 assumed")]
@@ -426,19 +426,24 @@ def build(ref_path: str):
     return rows, excluded
 
 
-def main(argv):
-    ref = argv[1] if len(argv) > 1 else os.path.join(HERE, "..", "..", "shared", "reference",
-                                                       "published_measurements.csv")
+#: the reference table's usual place, beside the repository
+DEFAULT_REFERENCE = os.path.join(HERE, "..", "..", "shared", "reference", "published_measurements.csv")
+
+
+def main(argv, out_dir: str = HERE):
+    """Write ``measurements.csv`` and ``excluded.csv`` into ``out_dir`` (this folder by default) from the
+    reference table ``argv[1]`` (:data:`DEFAULT_REFERENCE` when not given)."""
+    ref = argv[1] if len(argv) > 1 else DEFAULT_REFERENCE
     rows, excluded = build(ref)
     unmapped = [e["id"] for e in excluded if e["reason"] == "UNMAPPED"]
     if unmapped:
         raise SystemExit(f"unmapped reference rows: {unmapped}")
-    with open(os.path.join(HERE, "measurements.csv"), "w", newline="", encoding="utf-8") as f:
+    with open(os.path.join(out_dir, "measurements.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in COLUMNS} | {"publication": publication(r["source_group"])})
-    with open(os.path.join(HERE, "excluded.csv"), "w", newline="", encoding="utf-8") as f:
+    with open(os.path.join(out_dir, "excluded.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=["id", "method", "metric", "reason"])
         w.writeheader()
         w.writerows(excluded)

@@ -54,6 +54,8 @@ def fmt(x: float) -> str:
 # "SXM 80GB GPUs"), "L40S" = L40S PCIe cards (multi-GPU L40S rows are tensor parallel over PCIe).
 # Precision: H100/H200/L40S FP8 (weights and activations FP8, FP8 KV cache per the build configs),
 # A100 FP16.
+# Engine version: the v0.9.0 tables run as trt-llm@0.9 (runtimes/trt-llm.yaml: no fp8 MoE GEMM before
+# 0.10, Ampere MoE GEMMs on Hopper), the v0.5.0 / v0.6.1 ones as trt-llm@0.5 / @0.6.
 TRT_MODEL = {"LLaMA 7B": "llama-2-7b", "LLaMA 70B": "llama-2-70b", "Mistral 7B": "mistral-7b",
              "Mixtral 8x7B": "mixtral-8x7b", "llama_13b": "llama-2-13b", "llama_70b": "llama-2-70b"}
 TRT_HW = {"H200": ("h200", "fp8"), "H100": ("h100-sxm", "fp8"), "L40S": ("l40s", "fp8"), "A100": ("a100-80gb", "fp16")}
@@ -206,7 +208,7 @@ def trt_rows():
         prec = "FP8" if dt == "fp8" else "FP16"
         total = v * tp
         add(source_group=f"trtllm09-tput-{gpu.lower()}", metric="tokens_per_s_e2e", value=fmt(total),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=b,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm@0.9", batch_size=b,
             prompt_len=isl, gen_len=osl, strategy="autoregressive",
             source_locator=LOC_TRT09.format(gpu=gpu, prec=prec, model=model, b=b, tp=tp, isl=isl, osl=osl),
             reliability="table value" if tp == 1 else "table value x TP (per-GPU figure times TP)",
@@ -218,7 +220,7 @@ def trt_rows():
         hw, dt = TRT_HW[gpu]
         prec = "FP8" if dt == "fp8" else "FP16"
         add(source_group=f"trtllm09-ttft-{gpu.lower()}", metric="ttft_s", value=fmt(ms / 1000.0),
-            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm", batch_size=1,
+            model=TRT_MODEL[model], hardware=hw, n_devices=tp, weight_dtype=dt, kv_dtype=KV[dt], runtime="trt-llm@0.9", batch_size=1,
             prompt_len=isl, gen_len=1, strategy="autoregressive",
             source_locator=(f"github NVIDIA/TensorRT-LLM docs/source/performance.md (v0.9.0 revision; search-index "
                             f"file id 5995251461) '## Low Latency' table '### {gpu} GPUs ({prec})', row {model} / "
@@ -467,7 +469,10 @@ def excluded_reason(row: dict) -> str | None:
     return None
 
 
-def main():
+def main(out_dir: str = HERE):
+    """Write ``measurements_serving.csv`` and ``excluded_serving.csv`` into ``out_dir`` (this folder by
+    default); the rows are rebuilt from the tables above on every call."""
+    ROWS.clear()
     trt_rows()
     rocm_rows()
     vllm_eagle_rows()
@@ -478,12 +483,12 @@ def main():
         r["id"] = f"VS{i:03d}"
     keep = [r for r in ROWS if excluded_reason(r) is None]
     left = [r for r in ROWS if excluded_reason(r) is not None]
-    out = os.path.join(HERE, "measurements_serving.csv")
+    out = os.path.join(out_dir, "measurements_serving.csv")
     with open(out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(keep)
-    ex = os.path.join(HERE, "excluded_serving.csv")
+    ex = os.path.join(out_dir, "excluded_serving.csv")
     with open(ex, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["id", "publication", "metric", "reason"], lineterminator="\n")
         w.writeheader()

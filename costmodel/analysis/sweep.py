@@ -64,8 +64,8 @@ import os
 import numpy as np
 
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
-from costmodel.analysis.sweep_columns import CODE_KEYS, CODE_TEXT, Columns
-from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
+from costmodel.analysis.sweep_columns import CODE_KEYS, CODE_TEXT, Columns, axis_array, contiguous
+from costmodel.analysis.sweep_grid import Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import check_output, write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
@@ -73,16 +73,18 @@ from costmodel.errors import InputError
 from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.inputs.model import load_model
 from costmodel.engine.roofline import operator_rows
-from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.fields import FIELD_NAMES
 from costmodel.inputs.dtypes import WeightDtypes
 from costmodel.inputs.hardware import HardwareStack, stack_hardware
 from costmodel.inputs.record import Record, parse_record
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
-#: rows per evaluate_arrays call in process: 32768-element arrays (256 KiB) stay in cache, which
-#: makes each array operation 2-3x faster than on million-element arrays
-CHUNK_ROWS = 1 << 15
+#: rows per evaluate_arrays call in process: 65536-element arrays (512 KiB) stay in the caches,
+#: which makes each array operation 2-3x faster than on million-element arrays, and are large
+#: enough that the ~1 ms of Python per evaluation is a small part of it (32768 rows: ~10 % slower
+#: on the 1 M-row sweeps of benchmarks/bench_goals.py, 262144: ~40 % slower)
+CHUNK_ROWS = 1 << 16
 #: rows per Dask task (each task evaluates its rows in CHUNK_ROWS pieces): 2**20 rows of ~45
 #: columns is ~0.4 GB of results per task
 DEFAULT_CHUNK_ROWS = 1 << 20
@@ -240,7 +242,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         cols.blank(invalid.mask)
     axis_cols = {}
     for k, a in enumerate(axes_l):
-        vals = _axis_array(a)
+        vals = axis_array(a)
         s = [1] * len(shape)
         s[k] = len(vals)
         axis_cols[a.name] = np.broadcast_to(vals.reshape(s), shape)
@@ -294,35 +296,6 @@ def _map(fn, items, workers: int):
         while window:
             it0, fut = window.popleft()
             yield it0, fut.result()
-
-
-def _axis_array(a: Axis) -> np.ndarray:
-    vals = a.values
-    if a.numeric and a.refused:          # a refused value shows as given (NaN when not a number)
-        vals = list(vals)
-        for i in a.refused:
-            raw = a.raw[i]
-            vals[i] = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _number_or_nan(raw)
-        ints = BY_NAME[a.name].kind == "int" and all(isinstance(v, int) for v in vals)
-        return np.asarray(vals, dtype=np.int64 if ints else float)
-    if a.numeric:
-        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
-    if all(isinstance(v, bool) for v in vals):
-        return np.asarray(vals, dtype=bool)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        return np.asarray(vals, dtype=np.int64)
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-        return np.asarray(vals, dtype=float)
-    out = np.empty(len(vals), dtype=object)
-    out[:] = vals
-    return out
-
-
-def _number_or_nan(text) -> float:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _evaluate_piece(rec, arrays) -> dict:
@@ -483,7 +456,7 @@ def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers
 
     with _gc_paused():
         names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
-    data = {n: np.ascontiguousarray(axis_cols[n]).reshape(-1) for n in names}
+    data = {n: contiguous(axis_cols[n]).reshape(-1) for n in names}
     for k, a in cols.cols.items():
         data[k] = a.reshape(-1)
     if on_invalid == "mark":

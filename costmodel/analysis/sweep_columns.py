@@ -3,9 +3,13 @@ bound codes turned into text once per column. Used by :mod:`costmodel.analysis.s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from costmodel.engine.roofline import BOUNDS
+from costmodel.inputs.fields import BY_NAME
+from costmodel.fast.arrays import empty_aligned
 
 # ----------------------------------------------------------------------------------------- columns
 
@@ -52,9 +56,12 @@ class Columns:
         kind = value_kind(value)
         if a is None:
             if kind == "f":
-                a = np.full(self.shape, np.nan) if self.multi else np.empty(self.shape)
+                a = empty_aligned(self.shape)
+                if self.multi:
+                    a.fill(np.nan)
             elif kind in "bi":
-                a = np.zeros(self.shape, dtype=bool if kind == "b" else np.int64)
+                a = empty_aligned(self.shape, dtype=bool if kind == "b" else np.int64)
+                a.fill(0)
             else:
                 a = np.empty(self.shape, dtype=object)      # None-filled
             self.cols[key], self.wheres[key], self.written[key] = a, [], 0
@@ -70,7 +77,9 @@ class Columns:
     def _put_code(self, key, where, rows, value):
         a = self.cols.get(key)
         if a is None:
-            a = np.full(self.shape, -1, dtype=np.int8) if self.multi else np.empty(self.shape, dtype=np.int8)
+            a = empty_aligned(self.shape, dtype=np.int8)
+            if self.multi:
+                a.fill(-1)
             self.cols[key], self.wheres[key], self.written[key] = a, [], 0
             self.coded.add(key)
         if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
@@ -121,3 +130,44 @@ class Columns:
                 new = a.astype(float) if array_kind(a) == "i" else a.astype(object)
                 self._fill_missing(key, new)
                 self.cols[key] = new
+
+
+# ----------------------------------------------------------------------------------------- axes
+
+def axis_array(a) -> np.ndarray:
+    """An axis's column values (its parsed values; a refused value as given, NaN when not a number)."""
+    vals = a.values
+    if a.numeric and a.refused:          # a refused value shows as given (NaN when not a number)
+        vals = list(vals)
+        for i in a.refused:
+            raw = a.raw[i]
+            vals[i] = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _number_or_nan(raw)
+        ints = BY_NAME[a.name].kind == "int" and all(isinstance(v, int) for v in vals)
+        return np.asarray(vals, dtype=np.int64 if ints else float)
+    if a.numeric:
+        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
+    if all(isinstance(v, bool) for v in vals):
+        return np.asarray(vals, dtype=bool)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return np.asarray(vals, dtype=np.int64)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return np.asarray(vals, dtype=float)
+    out = np.empty(len(vals), dtype=object)
+    out[:] = vals
+    return out
+
+
+def _number_or_nan(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """np.ascontiguousarray(a), a large copy on huge pages (fast.arrays.empty_aligned)."""
+    if a.flags.c_contiguous or a.dtype.hasobject:
+        return np.ascontiguousarray(a)
+    out = empty_aligned(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out

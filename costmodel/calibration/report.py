@@ -45,12 +45,12 @@ def _diagnose_layout(row: dict, m: Measurement) -> str | None:
                 "re-reads served by L2 as far as it holds them), and what remains too fast is in the long-context "
                 "70B rows: the L2 share of the re-reads is an upper bound (no measured hit rate for these kernels)")
     if rec.model.startswith("mixtral") and rt == "trt-llm" and e is not None and abs(e) > 0.25:
-        return ("MoE expert GEMMs: TensorRT-LLM 0.9 has no fp8 MoE GEMM (fp8 Mixtral arrives in 0.10), so these "
-                "rows run as trt-llm@0.9 with the fp8 experts weight-only at the fp16 rate; on Hopper the "
-                "compute-bound rows (2048-token prefills, batch 512-1024 decode) still measure ~1.5-2x slower "
-                "than that, while the A100 fp16 rows spread both ways around the dense rate: a Hopper-only loss "
-                "in the grouped expert GEMM (plausibly an Ampere-style kernel without wgmma; neither the 0.9 "
-                "kernel nor its rate is sourced yet)")
+        return ("MoE expert GEMMs: TensorRT-LLM 0.9 multiplies the experts in fp16 (no fp8 MoE GEMM before 0.10) in "
+                "its Ampere (mma.sync) grouped GEMM on every GPU, on Hopper at 2/3 of the dense peak (moe_gemm_mma_sync, "
+                "efficiency.matrix_mma_sync); what remains is common to Hopper and A100: 2048-token prefills take "
+                "~1.5x the model on both (the grouped GEMM below the large-GEMM fraction at these shapes, unsourced), "
+                "and the batch-32 2048/2048 rows beat reading every expert each step (the A100 fp16 row needs >= 2.3 "
+                "TB/s for its weights, peak 2.04): gptSessionBenchmark's random weights may route to fewer experts")
     if rec.hardware == "mi300x" and e is not None and e > 0.25 and rec.batch_size <= 16:
         return ("tensor-parallel all-reduce over Infinity Fabric: 160 priced as NCCL's tree at ~48 us = 7.7 ms of an "
                 "11.4 ms step (measured ~8.4 ms in all); vLLM runs its one-shot custom all-reduce (~8 us, "

@@ -21,6 +21,7 @@ import numpy as np
 
 from costmodel.inputs import dtypes
 from costmodel.errors import InputError, again, kept
+from costmodel.fast.arrays import broadcast_shape
 from costmodel.inputs.hardware import load_hardware
 from costmodel.inputs.model import load_model
 from costmodel.engine import memory
@@ -259,11 +260,11 @@ def evaluate_arrays(rec: Record, arrays: dict | None = None, with_baseline: bool
     ctx, out = _outcome(rec, arrays, check_limits)
     res = finalize(ctx, out, bound_codes)
     if rec.strategy == "autoregressive":
-        res["speedup_vs_ar"] = np.ones_like(res["step_latency_s"])
+        res["speedup_vs_ar"] = np.broadcast_to(np.float64(1.0), np.shape(res["step_latency_s"]))
     elif with_baseline:
         # only the baseline's step is needed: tokens_per_s_per_seq of AR decoding is 1 / step time
         base_lat = ar_step(ctx, B=baseline_batch(ctx)).time_s
-        shape = np.broadcast_shapes(np.shape(base_lat), np.shape(res["step_latency_s"]))
+        shape = broadcast_shape(np.shape(base_lat), np.shape(res["step_latency_s"]))
         res["speedup_vs_ar"] = res["tokens_per_s_per_seq"] / (1.0 / base_lat)
         if rec.gamma_schedule is not None:      # rows where the schedule decodes plainly: the baseline itself
             from costmodel.engine.scheduled import off_mask
@@ -285,7 +286,7 @@ def finalize(ctx: Ctx, out, bound_codes: bool = False) -> dict:
     lat = step.time_s
     # the broadcast shape of every input array (an output may vary along an axis the step time
     # does not, e.g. tokens per step along acceptance_rate)
-    shape = np.broadcast_shapes(np.shape(lat), np.shape(out.tokens_per_step), np.shape(out.n_seqs),
+    shape = broadcast_shape(np.shape(lat), np.shape(out.tokens_per_step), np.shape(out.n_seqs),
                                 np.shape(ctx.G), np.shape(out.prefill.time_s), np.shape(fp.kv_total_bytes),
                                 *(np.shape(v) for v in fp.device.values()),
                                 *(np.shape(v) for v in (fp.other_device or {}).values()),

@@ -188,11 +188,19 @@ class Exec:
 
     @functools.cached_property
     def expert_matrix_flops_per_s(self):
-        """The experts' GEMM rate when ``experts_weight_only``: peak(fp16) · the hardware's fp16 GEMM
-        fraction · compute_efficiency; None (``matrix_flops_per_s``) otherwise."""
-        if not self.experts_weight_only:
+        """The MoE experts' GEMM rate where it is not the pass's (None: ``matrix_flops_per_s``):
+
+        * ``experts_weight_only``: peak(fp16) · the hardware's fp16 GEMM fraction · compute_efficiency;
+        * a runtime whose MoE GEMMs are Ampere kernels (``Runtime.moe_gemm_mma_sync``): the rate of the
+          experts' compute dtype · ``Hardware.mma_sync_matrix_fraction``, the share of the dense peak
+          that warp-level ``mma.sync`` can issue (2/3 on Hopper, whose full rate needs ``wgmma``;
+          1 where ``mma.sync`` is the native instruction: the pass's rate, None)."""
+        legacy = (self.rt.moe_gemm_mma_sync and bool(self.model.n_moe_layers)
+                  and bool(np.any(np.not_equal(self.hw.mma_sync_matrix_fraction, 1.0))))
+        if not (self.experts_weight_only or legacy):
             return None
-        return self.matrix_rate_for("fp16")
+        rate = self.matrix_rate_for("fp16" if self.experts_weight_only else self.compute_dtype)
+        return rate * self.hw.mma_sync_matrix_fraction if legacy else rate
 
     @functools.cached_property
     def expert_dequant_flops_per_weight(self) -> float:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.engine.execution import Exec
-from costmodel.fast.arrays import add
+from costmodel.fast.arrays import add_all
 
 
 # --------------------------------------------------------------------------- weights
@@ -291,11 +291,9 @@ def footprint(ex: Exec, target: dict, draft: DraftParts | None = None, *, separa
 
 def peak_device_bytes(device: dict, other: dict | None = None):
     """The most loaded device: Σ of the target device's parts (each addition through
-    :func:`costmodel.fast.arrays.add`, in the parts' order), or the separate draft device's Σ when
+    :func:`costmodel.fast.arrays.add_all`, in the parts' order), or the separate draft device's Σ when
     larger. The parts must already share one shape."""
-    peak = np.asarray(0.0)                 # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
-    for v in device.values():
-        peak = add(peak, v)
+    peak = add_all(np.asarray(0.0), device.values())    # 0 + x == 0.0 + x: numpy takes the int 0 as 0.0
     if other:
         peak = np.maximum(peak, sum(other.values()))
     return peak

@@ -74,11 +74,31 @@ class AffineOp(Op):
         self.x, self.f1, self.h0, self.h1 = x, f1, h0, h1
         self._flops = self._hbm = _LAZY
 
+    def _new_flops(self):
+        return self.f1 * self.x
+
+    def _new_hbm_bytes(self):
+        t = self.h1 * self.x
+        if type(t) is np.ndarray and t.ndim and np.broadcast_shapes(np.shape(self.h0), t.shape) == t.shape:
+            return np.add(self.h0, t, out=t)          # h0 + h1·x, the product's array reused
+        return self.h0 + t
+
+    def work_array(self, name: str):
+        """(the operator's ``flops`` or ``hbm_bytes``, whether that is a new array of the caller's
+        own): the value kept once the property was read, else computed afresh and not kept (a
+        caller that turns it into a time in place saves an array; a later read computes it again,
+        the same operations)."""
+        kept = self._flops if name == "flops" else self._hbm
+        if kept is not _LAZY:
+            return kept, False
+        v = self._new_flops() if name == "flops" else self._new_hbm_bytes()
+        return v, type(v) is np.ndarray and v.ndim > 0
+
     @property
     def flops(self):
         v = self._flops
         if v is _LAZY:
-            v = self._flops = self.f1 * self.x
+            v = self._flops = self._new_flops()
         return v
 
     @flops.setter
@@ -89,7 +109,7 @@ class AffineOp(Op):
     def hbm_bytes(self):
         v = self._hbm
         if v is _LAZY:
-            v = self._hbm = self.h0 + self.h1 * self.x
+            v = self._hbm = self._new_hbm_bytes()
         return v
 
     @hbm_bytes.setter

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from costmodel.fast.arrays import add_into, bcast, max_argmax, times_broadcast
+from costmodel.fast.arrays import add_into, bcast, broadcast_shape, max_argmax, times_broadcast
 
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import AffineOp, PassShape, kernel_count, layer_ops
@@ -46,9 +46,9 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
         # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
         # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
         a, b, _c, d = op_terms(op, ex, with_l2=False)
-        fast = max_argmax((a, b, _ZERO, d), first_is_new=True)
+        fast = max_argmax((a, b, _ZERO, d), new_terms=(0, 1))
     else:
-        fast = max_argmax(op_terms(op, ex), first_is_new=True)
+        fast = max_argmax(op_terms(op, ex), new_terms=(0, 1, 2))
     if fast is not None:
         return fast
     stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten
@@ -111,16 +111,15 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
         # roofline.gemm_overlap: the binding term becomes gemm_time_s(c, m), the larger of c and m is
         # term k everywhere (the margin above), so that is the time and k the bound; in place (both
         # are new arrays: quotients), the same operations as the reference
-        c = np.asarray(compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops), peak, peak_v),
-                       dtype=float)
-        m = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
+        c = np.asarray(_term_new(op, "flops", compute_term_s, as_dequant(op.dequant_flops), peak, peak_v), dtype=float)
+        m = _term_new(op, "hbm_bytes", memory_term_s, bw)
         if c.shape != op.x.shape or m.shape != op.x.shape:
             return None
         return gemm_time_s(c, m, out=c), np.intp(k)
     if k == 0:
-        t = compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops), peak, peak_v)
+        t = _term_new(op, "flops", compute_term_s, as_dequant(op.dequant_flops), peak, peak_v)
     elif k == 1:
-        t = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
+        t = _term_new(op, "hbm_bytes", memory_term_s, bw)
     elif k == 2:
         t = l2_term_s(np.asarray(op.hbm_bytes, dtype=float), op.l2_bytes, l2bw)
     else:
@@ -131,6 +130,14 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     elif t is op.comm_s:
         t = t.copy()
     return t, np.intp(k)
+
+
+def _term_new(op: AffineOp, name: str, term, *rates):
+    """term(op's ``name`` array, *rates) as a new array: computed into the operator's work array
+    when that is a new one (AffineOp.work_array), which then is not kept."""
+    work, own = op.work_array(name)
+    work = np.asarray(work, dtype=float)
+    return term(work, *rates, out=work if own and work.dtype == np.float64 else None)
 
 
 def pass_cost(shape: PassShape, ex: Exec) -> Cost:
@@ -181,14 +188,15 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
             lo, hi = int(idx.min()), int(idx.max())
         for i in range(lo, hi + 1):
             if lo == hi:
-                acc[i], own[i] = add_into(acc[i], own[i], tc)
+                # tc is this pass's own array (t scaled in place) unless operator rows keep it
+                acc[i], own[i] = add_into(acc[i], own[i], tc, x_owned=tc is t and not record)
                 continue
             mask = idx == i
             if not mask.any():
                 continue
             # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
             a = acc[i]
-            shp = np.broadcast_shapes(np.shape(tc), mask.shape, () if a is None else np.shape(a))
+            shp = broadcast_shape(np.shape(tc), mask.shape, () if a is None else np.shape(a))
             if a is None:
                 a = np.zeros(shp)
             elif not own[i] or type(a) is not np.ndarray or a.shape != shp:
@@ -238,10 +246,10 @@ def _work_totals(work, tp, shp):
     f_own = h_own = False
     for op in work:
         f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
-        flops, f_own = add_into(flops, f_own, f * cnt) if f_own else (flops + f * cnt, True)
+        flops, f_own = add_into(flops, f_own, f * cnt, x_owned=True)       # f·cnt: a new array
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
-        hbm, h_own = add_into(hbm, h_own, h * cnt) if h_own else (hbm + h * cnt, True)
+        hbm, h_own = add_into(hbm, h_own, h * cnt, x_owned=True)
     return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
 
 

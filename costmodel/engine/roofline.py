@@ -77,7 +77,7 @@ class Cost:
         """Index into :data:`BOUNDS` of the resource with the most attributed time (the first on a
         tie), per element: int8, shaped like ``time_s`` (possibly a broadcast view)."""
         shape = np.shape(self.time_s)
-        fast = max_argmax([compact(bcast(self.by_bound[b], shape)) for b in BOUNDS])
+        fast = max_argmax([compact(bcast(self.by_bound[b], shape)) for b in BOUNDS], max_wanted=False)
         if fast is not None:
             return np.broadcast_to(np.asarray(fast[1], dtype=np.int8), shape)
         stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])
@@ -168,19 +168,21 @@ def gemm_overlap(c, m):
     return np.where(ge, h, c), np.where(ge, m, h)
 
 
-def compute_term_s(flops, dequant_flops, unit_flops_per_s, vector_flops_per_s):
+def compute_term_s(flops, dequant_flops, unit_flops_per_s, vector_flops_per_s, out=None):
     """Compute term: FLOPs / the achievable rate of the operator's unit, plus (only when there are
     any) the dequantisation FLOPs of a weight-only quantised GEMM / the vector rate — the same
-    kernel issues both, so they add."""
-    c = flops / unit_flops_per_s
+    kernel issues both, so they add. ``out``: an array of the result's shape to write into (the
+    caller's own ``flops``) instead of allocating."""
+    c = flops / unit_flops_per_s if out is None else np.divide(flops, unit_flops_per_s, out=out)
     if type(dequant_flops) is float and dequant_flops == 0.0:
         return c
-    return c + dequant_flops / vector_flops_per_s
+    return c + dequant_flops / vector_flops_per_s if out is None else \
+        np.add(c, dequant_flops / vector_flops_per_s, out=out)
 
 
-def memory_term_s(hbm_bytes, hbm_bytes_per_s):
-    """Memory term: HBM bytes / achievable HBM bandwidth."""
-    return hbm_bytes / hbm_bytes_per_s
+def memory_term_s(hbm_bytes, hbm_bytes_per_s, out=None):
+    """Memory term: HBM bytes / achievable HBM bandwidth (``out``: as for :func:`compute_term_s`)."""
+    return hbm_bytes / hbm_bytes_per_s if out is None else np.divide(hbm_bytes, hbm_bytes_per_s, out=out)
 
 
 def l2_term_s(hbm_bytes, l2_bytes, l2_bytes_per_s):

@@ -15,6 +15,47 @@ import numpy as np
 
 _INF_BITS = int(np.array(np.inf).view(np.uint64))
 
+#: a transparent huge page (x86-64, arm64 with 4 KiB base pages)
+HUGE_PAGE_BYTES = 1 << 21
+#: arrays at least this large are placed on a huge-page boundary by :func:`empty_aligned`
+_ALIGN_FROM_BYTES = 2 * HUGE_PAGE_BYTES
+
+
+def broadcast_shape(*shapes) -> tuple:
+    """np.broadcast_shapes(*shapes) for shape tuples, in Python (numpy's builds an iterator over
+    empty arrays: several microseconds, called a hundred times per sweep chunk)."""
+    out = shapes[0]
+    for s in shapes[1:]:
+        if s == out:
+            continue
+        n = max(len(s), len(out))
+        a, b = (1,) * (n - len(out)) + tuple(out), (1,) * (n - len(s)) + tuple(s)
+        dims = []
+        for x, y in zip(a, b):
+            if x != y and x != 1 and y != 1:
+                raise ValueError(f"shapes {shapes} cannot be broadcast together")
+            dims.append(y if x == 1 else x)
+        out = tuple(dims)
+    return tuple(out)
+
+
+def empty_aligned(shape, dtype=float) -> np.ndarray:
+    """np.empty(shape, dtype) whose data starts on a 2 MiB boundary when it spans at least 4 MiB.
+
+    numpy asks the kernel for transparent huge pages on arrays of 4 MiB or more (madvise), but a
+    block that malloc places at an arbitrary 4 KiB offset keeps 4 KiB pages in its unaligned head
+    and tail: about 2 MiB of them per array, ~500 page faults on first write (an 8 MB sweep
+    column). Aligned, the array takes one fault per 2 MiB. The result is a view of a slightly
+    larger buffer (up to 4 MiB more address space, never touched). Object arrays are left to
+    numpy (it fills them itself)."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if n < _ALIGN_FROM_BYTES or dt.hasobject:
+        return np.empty(shape, dtype=dt)
+    raw = np.empty(n + 2 * HUGE_PAGE_BYTES, dtype=np.uint8)
+    off = (-raw.ctypes.data) % HUGE_PAGE_BYTES
+    return raw[off:off + n].view(dt).reshape(shape)
+
 
 def bcast(a, shape):
     """np.broadcast_to(np.asarray(a, dtype=float), shape), skipped when ``a`` has that shape."""
@@ -32,6 +73,21 @@ def multiply(a, b):
     return _binary(np.multiply, a, b)
 
 
+def add_all(total, values):
+    """((total + v0) + v1) + ... left to right, each addition equal to :func:`add`; once the running
+    sum is an array of its own (a new array of the final shape), the rest are added into it in
+    place, so a long sum allocates one array instead of one per term."""
+    own = False
+    for v in values:
+        if own and type(v) is not np.ndarray or own and broadcast_shape(total.shape, v.shape) == total.shape:
+            np.add(total, v, out=total)
+            continue
+        r = add(total, v)
+        own = (type(r) is np.ndarray and r.ndim > 0 and r.base is None and r is not total and r is not v)
+        total = r
+    return total
+
+
 def _binary(ufunc, a, b):
     """ufunc(a, b) with the same elements, fewer full-size passes:
 
@@ -46,11 +102,11 @@ def _binary(ufunc, a, b):
     if ufunc is np.add:
         for x, cz in ((a, cb), (b, ca)):
             if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and _is_pos_zero(cz) \
-                    and x.shape == np.broadcast_shapes(a.shape, b.shape) and nonneg(x):
+                    and x.shape == broadcast_shape(a.shape, b.shape) and nonneg(x):
                 return x
     if ca is a and cb is b:
         return ufunc(a, b)
-    shape = np.broadcast_shapes(a.shape, b.shape)
+    shape = broadcast_shape(a.shape, b.shape)
     r = ufunc(ca, cb)
     return r if r.shape == shape else np.broadcast_to(r, shape)
 
@@ -67,13 +123,19 @@ def compact(a: np.ndarray) -> np.ndarray:
     return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
 
 
-def max_argmax(terms, first_is_new: bool = False):
+def max_argmax(terms, first_is_new: bool = False, new_terms: tuple = (), max_wanted: bool = True):
     """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
     of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
-    that broadcasts to the max's. None (the caller takes the reference path) when the running
-    maximum holds a NaN, a negative number or -0.0 where it matters. For such terms the first
-    maximum is the last term that is strictly greater than the running maximum, and a +0.0 term
-    can be skipped (it is never above a running maximum >= +0.0, and max(m, +0.0) = m)."""
+    that broadcasts to the max's (a scalar where one term is the maximum everywhere). None (the
+    caller takes the reference path) when the running maximum holds a NaN, a negative number or
+    -0.0 where it matters. For such terms the first maximum is the last term that is strictly
+    greater than the running maximum, and a +0.0 term can be skipped (it is never above a running
+    maximum >= +0.0, and max(m, +0.0) = m). A term strictly greater than the running maximum
+    everywhere (no NaN on either side: every comparison held) is the new maximum as it is, and
+    its index the argmax everywhere so far, when that term is the caller's own new array
+    (``first_is_new``: the first term; ``new_terms``: their indices), which the result may be or
+    overwrite, or when the caller reads only the argmax (``max_wanted`` False: the max returned
+    may then be one of the terms itself). The max is otherwise a new array or the first term."""
     if not any(t.ndim for t in terms):
         fl = [float(t) for t in terms]
         for x in fl:
@@ -82,7 +144,7 @@ def max_argmax(terms, first_is_new: bool = False):
         m = max(fl)
         return np.float64(m), np.intp(fl.index(m))
     m, idx, checked = terms[0], None, None
-    m_new = first_is_new and type(m) is np.ndarray     # m may be overwritten
+    m_new = (first_is_new or 0 in new_terms) and type(m) is np.ndarray     # m may be overwritten
     low = None                                          # (m, min of m) once computed
     for i in range(1, len(terms)):
         t = terms[i]
@@ -101,6 +163,11 @@ def max_argmax(terms, first_is_new: bool = False):
             if float(np.max(t)) <= low[1]:
                 continue
         gt = t > m
+        if (not max_wanted or i in new_terms) and type(t) is np.ndarray and gt.shape == t.shape and gt.ndim \
+                and gt.all():
+            # t > m in every element: max(m, t) is t, and i the first argmax everywhere
+            m, m_new, idx = t, i in new_terms, np.int8(i)
+            continue
         if m_new and m.ndim and gt.shape == m.shape:
             m = np.maximum(m, t, out=m)
         else:
@@ -125,14 +192,21 @@ def nonneg(a: np.ndarray) -> bool:
     return bool(a.view(np.uint64).max() <= _INF_BITS)
 
 
-def add_into(acc, owned: bool, x):
-    """(acc + x, owned): in place when acc is this function's own array of the result's shape."""
+def add_into(acc, owned: bool, x, x_owned: bool = False):
+    """(acc + x, owned): in place when acc is the caller's own array of the result's shape, or else
+    into x when ``x_owned`` (x is the caller's own new array, of the result's shape); acc None
+    stands for the initial 0.0."""
     if acc is None:
+        if x_owned and type(x) is np.ndarray and x.ndim and x.dtype == np.float64:
+            return np.add(0.0, x, out=x), True
         return 0.0 + x, True
     if owned and type(acc) is np.ndarray and acc.ndim:
         xs, sh = np.shape(x), acc.shape
         if xs == sh or (len(xs) <= len(sh) and all(a == 1 or a == b for a, b in zip(xs[::-1], sh[::-1]))):
             return np.add(acc, x, out=acc), True
+    if x_owned and type(x) is np.ndarray and x.ndim and x.dtype == np.float64 and \
+            broadcast_shape(np.shape(acc), x.shape) == x.shape:
+        return np.add(acc, x, out=x), True
     return acc + x, True
 
 

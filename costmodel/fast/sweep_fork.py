@@ -42,6 +42,7 @@ import threading
 import numpy as np
 
 from costmodel.errors import InputError
+from costmodel.fast.arrays import empty_aligned
 
 
 def can_fork() -> bool:
@@ -79,8 +80,7 @@ _QUEUE_ITEMS = 1024                      # most entries in the work queue (4 byt
 
 
 def _region_shape(shape, where) -> tuple:
-    """The shape of ``grid[where]`` for a grid of ``shape`` (no memory touched)."""
-    return np.broadcast_to(np.zeros((), np.int8), shape)[where].shape
+    return np.broadcast_to(np.zeros((), np.int8), shape)[where].shape      # grid[where].shape, untouched
 
 
 def _fits(specs: dict, res: dict) -> bool:
@@ -111,8 +111,7 @@ _KEPT: list = [None]
 
 
 def _specs_of(res: dict, skip, code_keys):
-    """{key: spec} of a chunk's results in their order (keys in ``skip`` left out), or None when a
-    value is not expressible here."""
+    """{key: spec} of a chunk's results in order (``skip`` left out), or None when one has none."""
     specs = {}
     for key, v in res.items():
         if key in skip:
@@ -237,9 +236,9 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
 
 
 class _Parent:
-    """The parent's columns (private memory, allocated after the fork: no copy-on-write) and its side
-    of the children's messages: each chunk a child reports ready is copied from its slot into the
-    columns and the slot handed back; failures are raised here."""
+    """The parent's columns (private, on huge-page boundaries, allocated after the fork: no copy-on-
+    write) and its side of the children's messages: each chunk a child reports ready is copied from
+    its slot into the columns and the slot handed back; failures are raised here."""
 
     def __init__(self, children, ring, code_text, place, shape, tasks, progress, total, skip, code_keys):
         self.children, self.ring, self.place, self.shape = children, ring, place, shape
@@ -259,7 +258,7 @@ class _Parent:
         if specs is None or not self.ring.lay_out(specs):
             return False
         self.specs = specs
-        self.out = {k: np.empty(self.shape, dtype=np.int8 if kind == "code" else info)
+        self.out = {k: empty_aligned(self.shape, dtype=np.int8 if kind == "code" else info)
                     for k, (kind, info) in specs.items()
                     if kind == "num" or (kind == "code" and self.code_text is None)}
         self.text = {k: np.empty(self.shape, dtype=object) for k in specs if k not in self.out}

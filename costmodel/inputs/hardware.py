@@ -63,6 +63,10 @@ class Hardware:
     #: different share of their peak than the fp16/bf16 ones ``matrix_efficiency`` measures (YAML
     #: ``efficiency.matrix_fp8``); a dtype not listed uses ``matrix_efficiency``
     matrix_efficiency_by_dtype: tuple = ()
+    #: the share of the dense matrix peak that Ampere-style kernels (warp-level ``mma.sync``, the
+    #: instruction before Hopper's ``wgmma``) can issue (YAML ``efficiency.matrix_mma_sync``); 1 where
+    #: ``mma.sync`` is the native instruction or no measurement is recorded
+    mma_sync_matrix_fraction: float = 1.0
     sources: tuple = field(default=(), compare=False)
     source_file: str = ""
 
@@ -119,7 +123,7 @@ HW_KEYS = {
     "memory": ("type", "capacity_bytes", "usable_bytes", "bandwidth_bytes_per_s", "unified_with_cpu", "usable_basis"),
     "cache": ("l2_bytes", "l2_bandwidth_bytes_per_s", "l2_basis"),
     "launch": ("kernel_launch_s", "graph_kernel_launch_s", "basis"),
-    "efficiency": ("memory_bandwidth", "matrix", "matrix_fp8"),
+    "efficiency": ("memory_bandwidth", "matrix", "matrix_fp8", "matrix_mma_sync"),
     "interconnect": ("devices_per_node", "scale_up", "host", "network"),
     "power": ("tdp_w", "modes"),
 }
@@ -167,7 +171,7 @@ def parse_hardware(data, src: str) -> Hardware:
 
     def eff(key):
         e = ef.sub(key)
-        e.check_keys(("value", "source"))
+        e.check_keys(("value", "source", "basis"))
         e.text("source")
         return e.num("value", min_value=0.01, max_value=1.0)   # a fraction of the datasheet
 
@@ -186,6 +190,7 @@ def parse_hardware(data, src: str) -> Hardware:
         kernel_launch_s=la.num("kernel_launch_s", **SECONDS), graph_kernel_launch_s=la.num("graph_kernel_launch_s", **SECONDS),
         memory_efficiency=eff("memory_bandwidth"), matrix_efficiency=eff("matrix"),
         matrix_efficiency_by_dtype=(("fp8", eff("matrix_fp8")),) if "matrix_fp8" in ef.data else (),
+        mma_sync_matrix_fraction=eff("matrix_mma_sync") if "matrix_mma_sync" in ef.data else 1.0,
         devices_per_node=ic.num("devices_per_node", integer=True, min_value=1, max_value=4096),
         scale_up=_link(ic, "scale_up"), host=_link(ic, "host"), network=_link(ic, "network"),
         tdp_w=pw.num("tdp_w", **WATTS), power_modes=tuple(modes), sources=sources, source_file=src)
@@ -206,7 +211,7 @@ def load_hardware(id_or_path, power_mode: str | None = None, field: str = "hardw
 #: numeric fields of Hardware that a HardwareStack holds as arrays over its members
 _STACKED = ("sm_count", "vector_flops_per_s", "capacity_bytes", "usable_bytes", "bandwidth_bytes_per_s",
             "l2_bytes", "l2_bandwidth_bytes_per_s", "kernel_launch_s", "graph_kernel_launch_s",
-            "memory_efficiency", "matrix_efficiency", "tdp_w")
+            "memory_efficiency", "matrix_efficiency", "mma_sync_matrix_fraction", "tdp_w")
 
 
 @dataclass(frozen=True, eq=False)

@@ -45,6 +45,11 @@ class Runtime:
     #: False: the 1-byte expert weights are dequantised to fp16 inside the grouped GEMM (weight-only,
     #: fp16 matrix rate) while the other matrices run fp8 (Exec.experts_weight_only)
     fp8_moe_experts: bool = True
+    #: whether its MoE grouped GEMMs are Ampere (sm80) kernels on every newer GPU too: warp-level
+    #: ``mma.sync`` tensor-core instructions, which on a GPU whose full matrix rate needs a newer
+    #: instruction (Hopper's ``wgmma``) reach only ``Hardware.mma_sync_matrix_fraction`` of the dense
+    #: peak (Exec.expert_matrix_flops_per_s)
+    moe_gemm_mma_sync: bool = False
     #: the tensor-parallel all-reduce a record's ``allreduce_algorithm=auto`` gets (``TP_ALLREDUCE``):
     #: ``auto`` NCCL's tuner (the faster of ring and tree per message); ``custom`` the runtime's own
     #: peer-to-peer kernel where it applies (vLLM's custom all-reduce, engine.parallel.custom_allreduce_s)
@@ -141,8 +146,8 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
-            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "tp_allreduce", "spec_scorer",
-            "kv_pool_fraction", "kv_pool_basis")
+            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "moe_gemm_mma_sync", "tp_allreduce",
+            "spec_scorer", "kv_pool_fraction", "kv_pool_basis")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 TP_ALLREDUCE = ("auto", "custom")
 SPEC_SCORERS = ("multi_query", "batch_expansion")
@@ -151,7 +156,7 @@ KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONA
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
 VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
-                "gqa_attention", "fp8_moe_experts", "spec_scorer")
+                "gqa_attention", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -192,7 +197,7 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
     # a fraction of device memory: 0 would leave no KV pool
     _optional(f, "kv_pool_fraction", vals, sources, lambda s: s.num("value", min_value=0.01, max_value=1.0))
     _optional(f, "kv_pool_basis", vals, sources, _kv_pool_basis)
-    for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts"):
+    for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts", "moe_gemm_mma_sync"):
         _optional(f, k, vals, sources, lambda s: s.flag("value"))
     _optional(f, "prefill_chunk_tokens", vals, sources,
               lambda s: s.num("value", min_value=1, max_value=1 << 24, allow_null=True, required=False))
@@ -289,10 +294,11 @@ def _version_entry(f: Fields, version: str | None):
     if s is not None:
         s.check_keys(("value", "source"))
     _optional(e, "gqa_attention", vals, sources, _gqa_attention)
-    s = e.sub("fp8_moe_experts", required=False)
-    if s is not None:
-        s.check_keys(("value", "source"))
-    _optional(e, "fp8_moe_experts", vals, sources, lambda s: s.flag("value"))
+    for k in ("fp8_moe_experts", "moe_gemm_mma_sync"):
+        s = e.sub(k, required=False)
+        if s is not None:
+            s.check_keys(("value", "source"))
+        _optional(e, k, vals, sources, lambda s: s.flag("value"))
     s = e.sub("spec_scorer", required=False)
     if s is not None:
         s.check_keys(("value", "source"))

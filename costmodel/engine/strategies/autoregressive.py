@@ -34,6 +34,6 @@ def autoregressive(ctx: Ctx, B=None, P=None) -> Outcome:
     target = memory.target_breakdown(ex, B * (P + ctx.G), [memory.prefill_footprint(ex, B, P),
                                                            (B, B, B * (L + 1))], seqs=B)
     prefill = prefill_cost(ctx, B, P)
-    return Outcome(step=step, tokens_per_step=np.ones_like(step.time_s), n_seqs=B,
+    return Outcome(step=step, tokens_per_step=np.asarray(1.0), n_seqs=B,
                    prefill=prefill, memory=memory.footprint(ex, target),
                    passes={"prefill": Pass(prefill, ex), "decode": Pass(decode, ex)})

@@ -53,7 +53,7 @@ class Pass(NamedTuple):
 @dataclass
 class Outcome:
     step: Cost                      # one decoding step (all its passes), per-step overhead included
-    tokens_per_step: np.ndarray     # tokens gained per sequence per step
+    tokens_per_step: np.ndarray     # tokens gained per sequence per step (broadcasts to the step's shape)
     n_seqs: np.ndarray              # sequences decoding together
     prefill: Cost
     memory: Footprint               # per-device breakdown and totals (costmodel.engine.memory)
@@ -137,7 +137,10 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
     B = ctx.B if B is None else B
     P = ctx.P if P is None else P
     per_seq = ctx.ex.rt.prefill_per_sequence
-    shape = prefill_shape(np.ones_like(np.asarray(B, dtype=float)) if per_seq else B, P)
+    # one prompt per pass: its cost depends on P alone, so it is priced once per prompt length (a
+    # batch of ones shaped to broadcast, every element the same operations as over the whole grid)
+    # and repeated B times
+    shape = prefill_shape(np.ones((1,) * np.ndim(B)) if per_seq else B, P)
     repeats = np.asarray(B, dtype=float) if per_seq else None
     chunk = ctx.ex.rt.prefill_chunk_tokens
     if chunk is None:

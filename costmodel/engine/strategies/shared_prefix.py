@@ -58,9 +58,8 @@ def shared_prefix(ctx: Ctx, draft=None) -> Outcome:
     target = memory.target_breakdown(ex, stored, [memory.prefill_footprint(ex, B, ctx.P),
                                                   (shape.tokens, shape.lm_tokens, shape.pairs)])
     unshared = memory.kv_bytes(ex, B * n * ctx.L_peak) * ex.stage_devices * ex.pp
-    ones = np.ones_like(step.time_s)
     prefill = prefill_cost(ctx)
-    return Outcome(step=step, tokens_per_step=ones, n_seqs=B * n, prefill=prefill,
+    return Outcome(step=step, tokens_per_step=np.asarray(1.0), n_seqs=B * n, prefill=prefill,
                    memory=memory.footprint(ex, target),
                    extras={"kv_cache_bytes_unshared": unshared, "shared_prefix_len": Ps},
                    passes={"prefill": Pass(prefill, ex), "decode": Pass(decode, ex)})

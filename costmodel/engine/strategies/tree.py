@@ -31,7 +31,7 @@ from costmodel.engine.execution import Exec
 from costmodel.engine.ops import Op, PassShape, gemm
 from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import RECORD_OPS, Cost, DeferredWork
-from costmodel.fast.arrays import add
+from costmodel.fast.arrays import add_all
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
     validate_parents
@@ -303,10 +303,7 @@ def _stacked_levels_cost(one_pass, passes, ndim: int, d_ex) -> Cost:
         a = np.asarray(a, dtype=float)
         if a.ndim <= ndim:                 # constant along the passes: broadcast back
             a = np.broadcast_to(a, shape[:1] + np.broadcast_shapes(a.shape, shape[1:]))
-        total = zero
-        for d in range(len(passes)):
-            total = add(total, a[d])
-        return total
+        return add_all(zero, (a[d] for d in range(len(passes))))
 
     return DeferredWork(summed(flat.time_s), lambda: {b: summed(v) for b, v in flat.by_bound.items()}, [],
                         lambda: (summed(flat.flops), summed(flat.hbm_bytes)))
@@ -341,7 +338,7 @@ def tree_outcome(ctx: Ctx, draft, tr: Tree) -> Outcome:
                           draft_activations=memory.activation_bytes(d_ex, B * widest, B * widest) if own else None)
     target_prefill = prefill_cost(ctx)
     d_prefill = _draft_prefill(ctx, d_ex) if kind == "model" else Cost.zero()
-    return Outcome(step=step, tokens_per_step=tree_tokens_per_step(ctx, tr) * np.ones_like(step.time_s),
+    return Outcome(step=step, tokens_per_step=np.asarray(tree_tokens_per_step(ctx, tr), dtype=float),
                    n_seqs=B, prefill=target_prefill + d_prefill, memory=fp,
                    passes=named_passes(ex, target_prefill, verify, d_ex, dcost, d_prefill if kind == "model" else None),
                    extras={"tree_nodes": tr.n_nodes, "tree_depth": tr.depth,
