@@ -139,6 +139,33 @@ def test_trt_llm_0_5_gqa_extra_bytes_by_hand():
     assert gqa_extra_bytes(build_exec(parse_record(dict(rec, runtime="trt-llm@0.7"))), 102400) == (None, None)
 
 
+def test_trt_llm_0_9_xqa_only_for_eight_query_heads_per_kv_head_by_hand():
+    """TensorRT-LLM 0.7-0.9 ship the one-token XQA kernel for 8 query heads per KV head only: Llama-2-70B
+    (64/8 = 8) reads each KV head once, Mistral-7B (32 query heads, 8 KV heads, head_dim 128: r = 4) falls
+    back to masked MHA. On an H200 (L2 52,428,800 bytes), fp16 KV: one layer's KV per token = 2 x 8 x 128 x 2
+    = 4096 bytes; 102,400 context tokens -> K = 419,430,400 bytes, h = 52,428,800 / 419,430,400 = 0.125;
+    r - 1 = 3 re-reads: HBM 3 x K x 0.875 = 1,101,004,800 bytes, L2 3 x K x 0.125 = 157,286,400. From 0.10
+    (the default engine) every group size has its grouped kernel."""
+    from costmodel.engine.evaluate import build_exec
+    from costmodel.engine.kv_reads import gqa_extra_bytes
+    from costmodel.inputs.record import parse_record
+    rec = dict(model="mistral-7b", hardware="h200", batch_size=1, prompt_len=1, gen_len=1, kv_dtype="fp16")
+    hbm, l2 = gqa_extra_bytes(build_exec(parse_record(dict(rec, runtime="trt-llm@0.9"))), 102400)
+    assert float(hbm) == pytest.approx(1_101_004_800, rel=1e-12)
+    assert float(l2) == pytest.approx(157_286_400, rel=1e-12)
+    assert gqa_extra_bytes(build_exec(parse_record(dict(rec, runtime="trt-llm"))), 102400) == (None, None)
+    llama70 = dict(rec, model="llama-2-70b", runtime="trt-llm@0.9")
+    assert gqa_extra_bytes(build_exec(parse_record(llama70)), 102400) == (None, None)
+    assert gqa_extra_bytes(build_exec(parse_record(dict(llama70, n_devices=4))), 102400) == (None, None)  # 16/2
+
+
+@pytest.mark.parametrize("bad", [[], [0], [8.5], "8", [True]])
+def test_gqa_grouped_group_sizes_must_be_a_list_of_positive_integers(bad):
+    v = {"1.0": {"source": "s", "gqa_grouped_group_sizes": {"value": bad, "source": "s"}}}
+    with pytest.raises(InputError, match="gqa_grouped_group_sizes"):
+        parse_runtime(_profile(v), "t.yaml")
+
+
 def test_a_fitted_profile_keeps_the_row_version_attributes():
     """Validation swaps in the fitted profile of the runtime id; the row's engine version still applies."""
     import dataclasses

@@ -23,14 +23,21 @@ def gqa_extra_bytes(ex, kv_read_tokens):
         per_query_head: r − 1 re-reads of K:   HBM (r − 1)·K·(1 − h), L2 (r − 1)·K·h, h over K
         repeat_kv:      r copies written, then read:  HBM r·K + r·K·(1 − h), L2 r·K·h, h over r·K
 
-    (None, None) for ``grouped`` kernels, r ≤ 1 (MHA) and MLA (one latent read by every head)."""
+    A ``grouped`` kernel that exists only for some r (``Runtime.gqa_grouped_group_sizes``) leaves the
+    other r to the ``per_query_head`` kernel. (None, None) for ``grouped`` kernels, r ≤ 1 (MHA) and MLA
+    (one latent read by every head)."""
     mode = ex.rt.gqa_attention
     m = ex.model
-    if mode == "grouped" or m.mla is not None:
+    if m.mla is not None:
         return None, None
     r = ex.heads_per_device / ex.kv_heads_per_device
     if r <= 1.0:
         return None, None
+    if mode == "grouped":
+        sizes = ex.rt.gqa_grouped_group_sizes
+        if not sizes or float(r) in sizes:
+            return None, None
+        mode = "per_query_head"
     k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
     if mode == "per_query_head":
         h = l2_hit_fraction(ex, kv_read_tokens)

@@ -43,6 +43,10 @@ class Runtime:
     #: as it holds them); ``repeat_kv`` copies K/V to one head per query head before attending (HF
     #: transformers' repeat_kv: the copies are written, then read back)
     gqa_attention: str = "grouped"
+    #: query heads per KV head (on a device) for which its ``grouped`` generation kernel exists; other
+    #: GQA group sizes fall back to the ``per_query_head`` kernel (TensorRT-LLM 0.7 to 0.9: XQA only for
+    #: 8 query heads per KV head, masked MHA otherwise). () = every group size
+    gqa_grouped_group_sizes: tuple = ()
     #: whether its MoE GEMMs multiply an fp8 engine's experts (routed and shared) on the fp8 units;
     #: False: the 1-byte expert weights are dequantised to fp16 inside the grouped GEMM (weight-only,
     #: fp16 matrix rate) while the other matrices run fp8 (Exec.experts_weight_only)
@@ -162,7 +166,7 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
-            "prefill_per_sequence", "gqa_attention", "fp8_moe_experts", "moe_gemm_mma_sync", "tp_allreduce",
+            "prefill_per_sequence", "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync", "tp_allreduce",
             "spec_scorer", "kv_pool_fraction", "kv_pool_basis", "step_overhead_per_rank_s")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 TP_ALLREDUCE = ("auto", "custom")
@@ -172,7 +176,7 @@ KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONA
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
 VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
-                "gqa_attention", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer", "step_overhead_per_rank_s")
+                "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer", "step_overhead_per_rank_s")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -210,6 +214,7 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
         _optional(f, f"lm_head_bytes_per_weight_{dt}", vals, sources,
                   lambda s: s.num("value", min_value=0.125, max_value=4))
     _optional(f, "gqa_attention", vals, sources, _gqa_attention)
+    _optional(f, "gqa_grouped_group_sizes", vals, sources, _group_sizes)
     _optional(f, "tp_allreduce", vals, sources, _tp_allreduce)
     _optional(f, "spec_scorer", vals, sources, _spec_scorer)
     # a fraction of device memory: 0 would leave no KV pool
@@ -249,6 +254,16 @@ _gqa_attention = _choice(GQA_ATTENTION, "GQA attention kernel")
 _tp_allreduce = _choice(TP_ALLREDUCE, "tensor-parallel all-reduce")
 _spec_scorer = _choice(SPEC_SCORERS, "speculative scorer")
 _kv_pool_basis = _choice(KV_POOL_BASES, "KV-pool memory basis")
+
+
+def _group_sizes(s: Fields) -> tuple:
+    """A ``value`` that is a list of query-heads-per-KV-head counts (integers 1..65536)."""
+    v = s.data.get("value")
+    if not isinstance(v, list) or not v or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= 1 << 16
+                                               for x in v):
+        raise InputError(f"must be a list of query heads per KV head, got {str(v)[:40]!r}", source=s.source,
+                         field=f"{s.prefix}.value", allowed="a non-empty list of integers 1..65536, e.g. [8]")
+    return tuple(sorted(set(v)))
 
 
 def _version_key(text: str, source: str, field: str) -> tuple:
@@ -312,6 +327,10 @@ def _version_entry(f: Fields, version: str | None):
     if s is not None:
         s.check_keys(("value", "source"))
     _optional(e, "gqa_attention", vals, sources, _gqa_attention)
+    s = e.sub("gqa_grouped_group_sizes", required=False)
+    if s is not None:
+        s.check_keys(("value", "source"))
+    _optional(e, "gqa_grouped_group_sizes", vals, sources, _group_sizes)
     for k in ("fp8_moe_experts", "moe_gemm_mma_sync"):
         s = e.sub(k, required=False)
         if s is not None:
