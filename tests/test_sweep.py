@@ -431,8 +431,9 @@ def _frames_identical(a, b):
 
 
 def test_forked_workers_give_the_single_process_frame(monkeypatch):
-    """Two processes writing into shared columns: the same frame, bit for bit, text columns (bound
-    codes, constant model/hardware/strategy) included, and the forked path is the one taken."""
+    """Two processes (the child's chunks copied into the parent's columns): the same frame, bit for
+    bit, text columns (bound codes, constant model/hardware/strategy) included, and the forked path
+    is the one taken."""
     sw = _sweep_module(monkeypatch)
     calls = []
     real = sw.evaluate_forked
@@ -446,16 +447,30 @@ def test_forked_workers_give_the_single_process_frame(monkeypatch):
     assert two["bound"].dtype == object and (two["model"] == SPEC["model"]).all()
 
 
+def test_forked_workers_three_axes_and_broadcast_columns(monkeypatch):
+    """Three numeric axes (chunks cut along the first): a child's columns travel in compact form
+    (a column broadcast along a dimension, such as the weights' bytes, stored once) and are
+    broadcast back into the grid; the frame equals the single-process one bit for bit."""
+    sw = _sweep_module(monkeypatch)
+    axes = dict(batch_size=range(1, 21), gen_len=[64, 128, 256], prompt_len=range(16, 1601, 16))
+    one = sweep(SPEC, workers=1, chunk_rows=600, **axes)
+    two = sweep(SPEC, workers=2, chunk_rows=600, **axes)
+    _frames_identical(one, two)
+    assert two["weights_bytes"].nunique() == 1 and two["step_latency_s"].nunique() > 1000
+
+
 def test_forked_worker_errors_reach_the_caller(monkeypatch):
     """An input error in a child is raised in the parent as the same InputError; any other error as
-    a RuntimeError naming it."""
+    a RuntimeError naming it. (The chunks are dealt from a queue: only the child raises here.)"""
+    import os
     sw = _sweep_module(monkeypatch)
     real = sw._run_piece
+    parent = os.getpid()
     axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
     for exc, kind in ((InputError("bad row", source="test", field="batch_size"), InputError),
                       (ValueError("boom"), RuntimeError)):
         def run(task, exc=exc):
-            if task[1][0][0].start and task[1][0][0].start >= 30:     # a late chunk: a child's share
+            if os.getpid() != parent:                                 # a chunk the child took
                 raise exc
             return real(task)
         monkeypatch.setattr(sw, "_run_piece", run)
@@ -479,6 +494,42 @@ def test_forked_workers_fall_back_when_a_column_changes_kind(monkeypatch):
     axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
     _frames_identical(sweep(SPEC, workers=1, chunk_rows=1000, **axes),
                       sweep(SPEC, workers=2, chunk_rows=1000, **axes))
+
+
+def test_forked_workers_fall_back_when_a_childs_columns_differ(monkeypatch):
+    """Each process learns the columns from the first chunk it evaluates; a child whose columns
+    differ from the parent's (here one more key) sends the grid back to one process: the frame
+    equals the single-process one, without the extra key."""
+    import os
+    sw = _sweep_module(monkeypatch)
+    real = sw._run_piece
+    parent = os.getpid()
+
+    def run(task):
+        res = real(task)
+        return dict(res, extra_s=0.5) if os.getpid() != parent else res
+    monkeypatch.setattr(sw, "_run_piece", run)
+    axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+    two = sweep(SPEC, workers=2, chunk_rows=1000, **axes)
+    monkeypatch.setattr(sw, "_run_piece", real)
+    _frames_identical(sweep(SPEC, workers=1, chunk_rows=1000, **axes), two)
+    assert "extra_s" not in two.columns
+
+
+def test_forked_workers_fall_back_when_the_columns_do_not_fit_a_slot(monkeypatch):
+    """A chunk's columns that need more bytes per row than a slot of the shared ring reserves: the
+    grid is evaluated in one process, the same frame."""
+    from costmodel.fast import sweep_fork
+    sw = _sweep_module(monkeypatch)
+    monkeypatch.setattr(sweep_fork, "RING_ROW_BYTES", 8)          # one float64 column per row
+    monkeypatch.setattr(sweep_fork, "_KEPT", [None])
+    calls = []
+    real = sw.evaluate_forked
+    monkeypatch.setattr(sw, "evaluate_forked", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+    axes = dict(batch_size=range(1, 41), prompt_len=range(16, 4001, 16))
+    two = sweep(SPEC, workers=2, chunk_rows=1000, **axes)
+    assert calls == [None]                                          # the forked path gave up
+    _frames_identical(sweep(SPEC, workers=1, chunk_rows=1000, **axes), two)
 
 
 def test_no_fork_while_other_threads_run(monkeypatch):

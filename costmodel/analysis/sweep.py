@@ -23,7 +23,8 @@ How it is evaluated (no Python loop per row):
   alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
   (32768 by default: arrays that stay in the CPU cache) along their first vectorised axis; the
   per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
-  evaluated on forked processes that write into shared output columns (:mod:`costmodel.fast.sweep_fork`:
+  evaluated on forked processes that take chunks from a shared work queue and pass each chunk's
+  columns through a small shared buffer into this process's columns (:mod:`costmodel.fast.sweep_fork`:
   threads do not help, the Python between numpy calls holds the GIL), a grid of several groups on
   forked processes that send their chunks' results back; on platforms without ``fork`` or in a
   process with other threads running, on threads.
@@ -53,7 +54,9 @@ blocks (in process or forked) and assembles the frame.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import itertools
 import math
 import os
@@ -61,17 +64,16 @@ import os
 import numpy as np
 
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
-from costmodel.analysis.sweep_columns import CODE_KEYS, Columns
-from costmodel.analysis.sweep_grid import Axis, Block, arrays_for, canonical_value, \
+from costmodel.analysis.sweep_columns import CODE_KEYS, CODE_TEXT, Columns, axis_array, contiguous
+from costmodel.analysis.sweep_grid import Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import check_output, write_frame
-from costmodel.fast.arrays import empty_aligned
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.inputs.model import load_model
 from costmodel.engine.roofline import operator_rows
-from costmodel.inputs.fields import BY_NAME, FIELD_NAMES
+from costmodel.inputs.fields import FIELD_NAMES
 from costmodel.inputs.dtypes import WeightDtypes
 from costmodel.inputs.hardware import HardwareStack, stack_hardware
 from costmodel.inputs.record import Record, parse_record
@@ -198,24 +200,23 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
     strict = on_invalid == "error"
     tasks = ((b, piece) for b in blocks if b.invalid is None for piece in _pieces(b, axes, names, chunk_rows)
              if bad is None or not (b.rowwise and bad[piece[0]]))
-    done += sum(int(np.prod([len(axes[n].values) for n in names if n not in b.index], dtype=np.int64))
+    done += sum(math.prod(len(axes[n].values) for n in names if n not in b.index)
                 for b in blocks if b.invalid is not None)
     run = _run_piece if strict else _run_piece_or_reason
     if workers > 1 and len(blocks) == 1 and not blocks[0].rowwise and can_fork():
-        # one group: its chunks on forked processes writing into shared columns (_sweep_fork)
+        # one group: its chunks on forked processes, gathered into this process's columns (sweep_fork)
         tasks = list(tasks)
         if len(tasks) >= 2 * workers:
             try:
                 got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
-                                      progress, total, CODE_KEYS)
+                                      progress, total, CODE_KEYS, CODE_TEXT)
             except InputError:
                 if strict:
                     raise
                 got = None                # a piece is invalid: in this process, marking it
             if got is not None:
                 cols.cols, tasks = got, []
-                cols.written = dict.fromkeys(got, cols.n)
-                cols.coded = {k for k in CODE_KEYS if k in got}
+                cols.written = dict.fromkeys(got, cols.n)         # the bound codes come as text
         done_pairs = _map(run, tasks, workers)
     elif workers > 1 and can_fork():
         # several groups: dealt to forked processes, their results gathered here in grid order
@@ -241,7 +242,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         cols.blank(invalid.mask)
     axis_cols = {}
     for k, a in enumerate(axes_l):
-        vals = _axis_array(a)
+        vals = axis_array(a)
         s = [1] * len(shape)
         s[k] = len(vals)
         axis_cols[a.name] = np.broadcast_to(vals.reshape(s), shape)
@@ -295,35 +296,6 @@ def _map(fn, items, workers: int):
         while window:
             it0, fut = window.popleft()
             yield it0, fut.result()
-
-
-def _axis_array(a: Axis) -> np.ndarray:
-    vals = a.values
-    if a.numeric and a.refused:          # a refused value shows as given (NaN when not a number)
-        vals = list(vals)
-        for i in a.refused:
-            raw = a.raw[i]
-            vals[i] = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _number_or_nan(raw)
-        ints = BY_NAME[a.name].kind == "int" and all(isinstance(v, int) for v in vals)
-        return np.asarray(vals, dtype=np.int64 if ints else float)
-    if a.numeric:
-        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
-    if all(isinstance(v, bool) for v in vals):
-        return np.asarray(vals, dtype=bool)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        return np.asarray(vals, dtype=np.int64)
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-        return np.asarray(vals, dtype=float)
-    out = np.empty(len(vals), dtype=object)
-    out[:] = vals
-    return out
-
-
-def _number_or_nan(text) -> float:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _evaluate_piece(rec, arrays) -> dict:
@@ -399,7 +371,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     cluster: ``scheduler`` None starts a ``LocalCluster``; an address such as
     ``"tcp://host:8786"`` or a ``distributed.Client`` uses that cluster).
     ``chunk_rows``: rows per evaluation call (default 32768: arrays that stay in cache) and per
-    Dask task (default 2**20). ``workers``: processes (forked, writing into shared columns) or,
+    Dask task (default 2**20). ``workers``: processes (forked, their chunks gathered here) or,
     where forking is not safe, threads evaluating chunks (default: the CPU count, at most 8; 1 =
     this process alone); see the module docstring.
     ``output``: also write the rows to ``.csv`` or ``.parquet``. With the Dask engine the result
@@ -463,21 +435,28 @@ def _base_dict(base_record) -> dict:
     return dict(base_record)
 
 
-def _contiguous(a: np.ndarray) -> np.ndarray:
-    """np.ascontiguousarray(a), a large copy on huge pages (fast.arrays.empty_aligned)."""
-    if a.flags.c_contiguous or a.dtype.hasobject:
-        return np.ascontiguousarray(a)
-    out = empty_aligned(a.shape, a.dtype)
-    np.copyto(out, a)
-    return out
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's cyclic garbage collector off while the sweep runs (as it was before, after). A sweep
+    allocates many short-lived objects (records, blocks, per-chunk dicts) that reference counting
+    frees; the allocations alone would trigger collections of every object the process holds (a
+    full one costs milliseconds in a process that holds numpy, pandas and the specs)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int = 1,
                  on_invalid: str = "error"):
     import pandas as pd
 
-    names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
-    data = {n: _contiguous(axis_cols[n]).reshape(-1) for n in names}
+    with _gc_paused():
+        names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
+    data = {n: contiguous(axis_cols[n]).reshape(-1) for n in names}
     for k, a in cols.cols.items():
         data[k] = a.reshape(-1)
     if on_invalid == "mark":

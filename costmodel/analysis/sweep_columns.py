@@ -3,9 +3,12 @@ bound codes turned into text once per column. Used by :mod:`costmodel.analysis.s
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from costmodel.engine.roofline import BOUNDS
+from costmodel.inputs.fields import BY_NAME
 from costmodel.fast.arrays import empty_aligned
 
 # ----------------------------------------------------------------------------------------- columns
@@ -29,7 +32,7 @@ def array_kind(a) -> str:
 #: text columns that chunks deliver as int8 indices into roofline.BOUNDS (evaluate_arrays(bound_codes=True))
 CODE_KEYS = ("bound", "prefill_bound")
 #: the text of each code; -1 (a row no block wrote) reads as None
-_CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
+CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
 
 
 class Columns:
@@ -112,15 +115,59 @@ class Columns:
             kind = array_kind(a)
             if kind in "bi":
                 a = a.astype(float) if kind == "i" else a.astype(object)
-            a[mask] = np.nan if array_kind(a) == "f" else None
+            if array_kind(a) == "f":
+                np.putmask(a, mask, np.nan)         # one pass, no index array built
+            else:
+                a[mask] = None
             self.cols[key] = a
 
     def finish(self):
         for key, a in list(self.cols.items()):
             if key in self.coded:
-                self.cols[key] = _CODE_TEXT[a]
+                self.cols[key] = CODE_TEXT[a]
                 continue
             if self.written[key] < self.n and array_kind(a) in "bi":
                 new = a.astype(float) if array_kind(a) == "i" else a.astype(object)
                 self._fill_missing(key, new)
                 self.cols[key] = new
+
+
+# ----------------------------------------------------------------------------------------- axes
+
+def axis_array(a) -> np.ndarray:
+    """An axis's column values (its parsed values; a refused value as given, NaN when not a number)."""
+    vals = a.values
+    if a.numeric and a.refused:          # a refused value shows as given (NaN when not a number)
+        vals = list(vals)
+        for i in a.refused:
+            raw = a.raw[i]
+            vals[i] = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _number_or_nan(raw)
+        ints = BY_NAME[a.name].kind == "int" and all(isinstance(v, int) for v in vals)
+        return np.asarray(vals, dtype=np.int64 if ints else float)
+    if a.numeric:
+        return np.asarray(vals, dtype=np.int64 if BY_NAME[a.name].kind == "int" else float)
+    if all(isinstance(v, bool) for v in vals):
+        return np.asarray(vals, dtype=bool)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return np.asarray(vals, dtype=np.int64)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return np.asarray(vals, dtype=float)
+    out = np.empty(len(vals), dtype=object)
+    out[:] = vals
+    return out
+
+
+def _number_or_nan(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """np.ascontiguousarray(a), a large copy on huge pages (fast.arrays.empty_aligned)."""
+    if a.flags.c_contiguous or a.dtype.hasobject:
+        return np.ascontiguousarray(a)
+    out = empty_aligned(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out

@@ -11,9 +11,8 @@ import os
 
 import numpy as np
 
-from costmodel.analysis.sweep import CHUNK_ROWS, _SOURCE, _axis_array, _flat, _plan, _record_keys, _rows, \
-    _sweep_local
-from costmodel.analysis.sweep_columns import array_kind, value_kind
+from costmodel.analysis.sweep import CHUNK_ROWS, _SOURCE, _flat, _plan, _record_keys, _rows, _sweep_local
+from costmodel.analysis.sweep_columns import array_kind, axis_array, value_kind
 from costmodel.analysis.sweep_grid import parse_axis
 from costmodel.analysis.sweep_invalid import REASON_COLUMN
 from costmodel.analysis.sweep_output import write_csv
@@ -56,7 +55,7 @@ def schema(base: dict, axes: dict, on_invalid: str = "error", nullable_bool: boo
     axes_l, axes_d, names, blocks, invalid = _plan(base, axes, on_invalid, in_memory)
     blocks = [b for b in blocks if b.invalid is None]
     cols: list = list(names)
-    kinds: dict = {n: array_kind(_axis_array(a)) for n, a in zip(names, axes_l)}
+    kinds: dict = {n: array_kind(axis_array(a)) for n, a in zip(names, axes_l)}
     seen: dict = {}
     for b in blocks:
         if b.rowwise:

@@ -33,10 +33,12 @@ class InvalidRows:
     def __init__(self, shape):
         self.shape = tuple(shape)
         self.reasons = None
+        self._mask = None                 # the mask of the reasons as they stand (None: not computed)
 
     def mark(self, where, reason: str, mask=None) -> None:
         if self.reasons is None:
             self.reasons = np.full(self.shape, None, dtype=object)
+        self._mask = None
         region = self.reasons[where]
         if np.ndim(region) == 0:
             if region is None:
@@ -46,12 +48,17 @@ class InvalidRows:
         if mask is not None:
             free &= np.broadcast_to(mask, region.shape)
         region[free] = reason
-        self.reasons[where] = region
+        if region.base is not self.reasons:     # a copy (a list of indices), not a view: written back
+            self.reasons[where] = region
 
     @property
     def mask(self):
-        """Boolean grid of invalid rows, or None when there are none."""
-        return None if self.reasons is None else np.not_equal(self.reasons, None)
+        """Boolean grid of invalid rows, or None when there are none (computed once per marking)."""
+        if self.reasons is None:
+            return None
+        if self._mask is None:
+            self._mask = np.not_equal(self.reasons, None)
+        return self._mask
 
     def count(self) -> int:
         m = self.mask
