@@ -246,25 +246,11 @@ def _work_totals(work, tp, shp):
     f_own = h_own = False
     for op in work:
         f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
-        if op.kind == "attention":
-            # the one operator over the whole batch × context grid: its arrays were built afresh for
-            # this pass (ops._attention_ops) and nothing reads them after these totals, so f·cnt
-            # and h·cnt go into them, the same products without two new grid-sized arrays
-            f, h = _scaled_in_place(f, cnt), _scaled_in_place(h, cnt)
-        else:
-            f, h = f * cnt, h * cnt
-        flops, f_own = add_into(flops, f_own, f, x_owned=True)       # f·cnt: a new array
+        flops, f_own = add_into(flops, f_own, f * cnt, x_owned=True)       # f·cnt: a new array
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
-        hbm, h_own = add_into(hbm, h_own, h, x_owned=True)
+        hbm, h_own = add_into(hbm, h_own, h * cnt, x_owned=True)
     return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
-
-
-def _scaled_in_place(a, k):
-    """a·k, written into ``a`` when that is a float64 array of the product's shape (k a number)."""
-    if type(a) is np.ndarray and a.ndim and a.dtype == np.float64 and a.flags.writeable and np.ndim(k) == 0:
-        return np.multiply(a, k, out=a)
-    return a * k
 
 
 def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
