@@ -214,6 +214,17 @@ def test_device_counts_as_an_array_per_element():
     assert_every_row_is_evaluate(df, dict(base, n_branches=4, shared_prefix_len=1024), axes)
 
 
+@pytest.mark.parametrize("model", ["mistral-7b", "llama-2-70b"])
+def test_device_counts_as_an_array_under_a_gqa_kernel_for_some_groups_only(model):
+    """TensorRT-LLM 0.9 has its grouped (XQA) kernel for 8 query heads per KV head only: Mistral-7B
+    (4 per KV head) re-reads its KV per query head, Llama-2-70B (8) does not; an array of device counts
+    gives evaluate()'s rows for either."""
+    base = dict(model=model, hardware="h100-sxm", prompt_len=2048, runtime="trt-llm@0.9", weight_dtype="fp8")
+    axes = dict(n_devices=[2, 4, 8], batch_size=[1, 64])
+    df = sweep(base, workers=1, **axes)
+    assert_every_row_is_evaluate(df, base, axes)
+
+
 @pytest.mark.parametrize("model", ["deepseek-v3", "gpt-oss-120b", "gemma-2-9b"])
 def test_stacked_rows_for_mla_moe_and_windowed_attention(model):
     """MLA (one latent per rank), MoE with shared experts, windowed attention: every row of a

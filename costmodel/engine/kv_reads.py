@@ -28,19 +28,27 @@ def gqa_extra_bytes(ex, kv_read_tokens):
     (one latent read by every head)."""
     mode = ex.rt.gqa_attention
     m = ex.model
-    if m.mla is not None:
+    sizes = ex.rt.gqa_grouped_group_sizes
+    if m.mla is not None or (mode == "grouped" and not sizes):
         return None, None
     r = ex.heads_per_device / ex.kv_heads_per_device
+    if mode == "grouped":       # the per-query-head kernel where no grouped one exists for r
+        fallback = (np.asarray(r) > 1.0) & ~np.isin(r, sizes)
+        if not np.any(fallback):
+            return None, None
+        hbm, l2 = _per_query_head_bytes(ex, r, kv_read_tokens)
+        return np.where(fallback, hbm, 0.0), np.where(fallback, l2, 0.0)
     if r <= 1.0:
         return None, None
-    if mode == "grouped":
-        sizes = ex.rt.gqa_grouped_group_sizes
-        if not sizes or float(r) in sizes:
-            return None, None
-        mode = "per_query_head"
-    k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
     if mode == "per_query_head":
-        h = l2_hit_fraction(ex, kv_read_tokens)
-        return (r - 1.0) * k_bytes * (1.0 - h), (r - 1.0) * k_bytes * h
+        return _per_query_head_bytes(ex, r, kv_read_tokens)
+    k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
     h = l2_hit_fraction(ex, r * np.asarray(kv_read_tokens, dtype=float))
     return r * k_bytes + r * k_bytes * (1.0 - h), r * k_bytes * h
+
+
+def _per_query_head_bytes(ex, r, kv_read_tokens):
+    """(HBM, L2) bytes of r − 1 re-reads of K: (r − 1)·K·(1 − h), (r − 1)·K·h, h over K."""
+    k_bytes = np.asarray(kv_read_tokens, dtype=float) * ex.kv_bytes_per_token_layer
+    h = l2_hit_fraction(ex, kv_read_tokens)
+    return (r - 1.0) * k_bytes * (1.0 - h), (r - 1.0) * k_bytes * h

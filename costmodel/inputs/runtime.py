@@ -250,6 +250,10 @@ def _choice(allowed: tuple, what: str):
     return read
 
 
+def _flag(s: Fields) -> bool:
+    return s.flag("value")
+
+
 _gqa_attention = _choice(GQA_ATTENTION, "GQA attention kernel")
 _tp_allreduce = _choice(TP_ALLREDUCE, "tensor-parallel all-reduce")
 _spec_scorer = _choice(SPEC_SCORERS, "speculative scorer")
@@ -323,23 +327,12 @@ def _version_entry(f: Fields, version: str | None):
         s.check_keys(("value", "source"))
         vals["scheduler"] = _scheduler(s)
         sources.append(("scheduler", s.text("source")))
-    s = e.sub("gqa_attention", required=False)
-    if s is not None:
-        s.check_keys(("value", "source"))
-    _optional(e, "gqa_attention", vals, sources, _gqa_attention)
-    s = e.sub("gqa_grouped_group_sizes", required=False)
-    if s is not None:
-        s.check_keys(("value", "source"))
-    _optional(e, "gqa_grouped_group_sizes", vals, sources, _group_sizes)
-    for k in ("fp8_moe_experts", "moe_gemm_mma_sync"):
+    for k, read in (("gqa_attention", _gqa_attention), ("gqa_grouped_group_sizes", _group_sizes),
+                    ("fp8_moe_experts", _flag), ("moe_gemm_mma_sync", _flag), ("spec_scorer", _spec_scorer)):
         s = e.sub(k, required=False)
         if s is not None:
             s.check_keys(("value", "source"))
-        _optional(e, k, vals, sources, lambda s: s.flag("value"))
-    s = e.sub("spec_scorer", required=False)
-    if s is not None:
-        s.check_keys(("value", "source"))
-    _optional(e, "spec_scorer", vals, sources, _spec_scorer)
+        _optional(e, k, vals, sources, read)
     return vals, sources, want
 
 
