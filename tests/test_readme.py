@@ -59,7 +59,7 @@ def test_error_band_is_the_current_held_out_run(lopo):
     s = summarize(lopo["rows"])
     assert band["n"] == s["n"]
     for k in ("median_abs_rel_error", "p90_abs_rel_error", "within_25pct"):
-        assert band[k] == round(s[k], 4), (k, "rerun: costmodel validate --report")
+        assert band[k] == round(s[k], 6), (k, "rerun: costmodel validate --report")
 
 
 def test_readme_claim_counts_match_check(gen):

@@ -109,9 +109,9 @@ def _plain(x):
 def write_error_band(summary: dict, path, date: str | None = None, by: str = "publication") -> str:
     """``error_band.yaml``: the held-out error band the claim checker uses (overall and per metric)."""
     def band(s, within=False):
-        return (f"{{n: {s['n']}, median_abs_rel_error: {s['median_abs_rel_error']:.4f}, "
-                f"p90_abs_rel_error: {s['p90_abs_rel_error']:.4f}"
-                + (f", within_25pct: {s['within_25pct']:.4f}" if within else "") + "}")
+        return (f"{{n: {s['n']}, median_abs_rel_error: {s['median_abs_rel_error']:.6f}, "
+                f"p90_abs_rel_error: {s['p90_abs_rel_error']:.6f}"
+                + (f", within_25pct: {s['within_25pct']:.6f}" if within else "") + "}")
     what = "leave-one-table-out" if by == "group" else "leave-one-publication-out"
     lines = ["# written by `costmodel validate --report`; held-out errors",
              f'source: "{what} held-out errors of costmodel validate, {date or today()}"',

@@ -74,6 +74,12 @@ class Runtime:
     #: counted from the methods' public code, not fitted. Empty = none (fused/compiled stacks)
     spec_step_host_ops: tuple = ()      # ((method, ops), ...)
     spec_step_syncs: tuple = ()         # ((method, syncs), ...)
+    #: kernels per layer of the attention a token-tree verification pass runs in the runtime's research
+    #: code, which computes attention unfused over the tree mask (QKᵀ, scale, mask add, fp32 softmax,
+    #: cast, PV, output transpose copy) instead of the one fused kernel its plain decoding launches:
+    #: the extra launches and the materialised q × (L + q) scores
+    #: (costmodel.engine.strategies.tree.unfused_tree_attention_op); None = the fused kernel
+    tree_attention_kernels_per_layer: float | None = None
     #: bytes per second one SM's share of the runtime's memory-bound kernels can pull: a kernel keeps a
     #: bounded number of bytes in flight per SM (its occupancy × loads per thread), and by Little's law
     #: in-flight bytes / DRAM latency caps what each SM streams (Exec.hbm_bytes_per_s); None = no cap
@@ -166,8 +172,9 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "spec_step_overhead_s", "int4_group_size", "int8_group_size", "int4_scale_bytes_per_group",
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
-            "prefill_per_sequence", "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync", "tp_allreduce",
-            "spec_scorer", "kv_pool_fraction", "kv_pool_basis", "step_overhead_per_rank_s")
+            "prefill_per_sequence", "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync",
+            "tp_allreduce", "spec_scorer", "kv_pool_fraction", "kv_pool_basis", "step_overhead_per_rank_s",
+            "tree_attention_kernels_per_layer")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 TP_ALLREDUCE = ("auto", "custom")
 SPEC_SCORERS = ("multi_query", "batch_expansion")
@@ -206,6 +213,9 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
     _optional(f, "step_overhead_per_rank_s", vals, sources, lambda s: s.num("value", min_value=0, max_value=0.1))
     for k in ("spec_step_host_ops", "spec_step_syncs"):
         _optional(f, k, vals, sources, _per_method)
+    # at least the one fused kernel it replaces; 100 kernels for one attention would be a mistake
+    _optional(f, "tree_attention_kernels_per_layer", vals, sources,
+              lambda s: s.num("value", min_value=1, max_value=100))
     for dt in ("int4", "int8"):
         _optional(f, f"{dt}_group_size", vals, sources, _group_size)
         # fp32 scale + fp32 zero = 8 bytes is the most a real format stores

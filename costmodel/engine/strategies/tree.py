@@ -8,7 +8,10 @@ the root and one over each of levels 1..D−1 (the last level is not drafted fro
 runs its 2d×d fusion layer, an EAGLE-3 head its 3d×d fc on the root's pass only
 (:mod:`costmodel.engine.strategies.heads`). Medusa heads run inside the target pass, all
 ``medusa_heads`` of them (each a d×d ResBlock and a d×vocab LM head), and bound the tree's depth;
-``none`` and ``suffix`` cost nothing. Verification kernels:
+``none`` and ``suffix`` cost nothing. A runtime whose research code computes the tree attention
+unfused (``Runtime.tree_attention_kernels_per_layer``) adds to the verification pass its extra
+launches and the HBM traffic of the materialised scores (:func:`unfused_tree_attention_op`).
+Verification kernels:
 
 * ``dense_masked``:  the full q × (L + q) block is computed; context KV read once per sequence
 * ``prefix_aware``:  only ancestor pairs inside the tree are computed; context KV read once
@@ -113,6 +116,31 @@ def medusa_ops(ex: Exec, n_heads: int, B) -> list:
     t = np.asarray(B, dtype=float)
     return [Op("medusa_heads", "matrix", 1, flops=2.0 * params * t,
                hbm_bytes=params * ex.w_bytes + t * n_heads * m.vocab_size / ex.tp * 4.0, group="heads")]
+
+
+#: bytes per fp16 attention score an unfused attention moves through HBM beyond the fused kernel's
+#: (act = 2 bytes): QKᵀ writes it (act), the scale reads and writes it (2·act), the mask add reads and
+#: writes it (2·act), the fp32 softmax reads it and writes 4 bytes, the cast back reads 4 and writes
+#: act, PV reads it (act): 8·act + 8
+def unfused_score_bytes(act_bytes: float) -> float:
+    return 8.0 * act_bytes + 8.0
+
+
+def unfused_tree_attention_op(ex: Exec, B, q, L) -> Op | None:
+    """The unfused attention of a tree verification pass in a runtime whose research code computes it
+    op by op over the tree mask (``Runtime.tree_attention_kernels_per_layer`` = k; Medusa's
+    modeling_llama_kv.py, vendored by EAGLE, Hydra, REST and Spec-Bench: matmul, / √d, + mask, fp32
+    softmax, .to(fp16), matmul, transpose-contiguous) where plain decoding launches one fused kernel:
+    per layer k − 1 more launches, and the B · (n_heads / tp) · q · (L + q) scores it materialises cross
+    HBM :func:`unfused_score_bytes` times each. None when the runtime fuses it."""
+    k = ex.rt.tree_attention_kernels_per_layer
+    if k is None or k <= 1:
+        return None
+    m = ex.model
+    scores = np.asarray(B, dtype=float) * (m.n_heads / ex.tp) * q * (np.asarray(L, dtype=float) + q)
+    extra = k - 1.0
+    return Op("tree_attention_unfused", "vector", m.n_layers * extra,
+              hbm_bytes=scores * unfused_score_bytes(ex.act_bytes) / extra)
 
 
 def draft_pass_tokens(tr) -> np.ndarray:
@@ -315,6 +343,9 @@ def tree_step(ctx: Ctx, draft, tr):
     ex, B = ctx.ex, ctx.B
     d_ex, kind = resolve_draft(ctx, draft)
     extra = medusa_ops(ex, medusa_heads(ctx.rec), B) if kind == "medusa" else []
+    unfused = unfused_tree_attention_op(ex, B, np.asarray(tr.n_nodes, dtype=float) + 1.0, ctx.L)
+    if unfused is not None:
+        extra = extra + [unfused]
     vs = verify_shape(ctx, tr, ctx.rec.attention_kernel, extra)
     verify = pass_cost(vs, ex)
     dcost = Cost.zero() if d_ex is None else draft_levels_cost(ctx, d_ex, tr, kind)
