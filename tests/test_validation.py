@@ -41,8 +41,10 @@ CSV = VALIDATION_DIR / "measurements.csv"
 # with TensorRT-LLM 0.9's Ampere (mma.sync) MoE GEMMs at 2/3 of the Hopper peak (the Hopper Mixtral rows).
 # Each guard sits within ~1 percentage point of the value measured today (13.8 / 42.6 / 72.7), so a
 # regression fails: tighten them when the model improves, never loosen them to let a change pass.
-# 12.5 / 42.6 / 74.4 with the token-tree methods' unfused research-code attention counted.
-GUARD = {"median_abs_rel_error": 0.135, "p90_abs_rel_error": 0.436, "within_25pct": 0.734}
+# 12.5 / 42.6 / 74.4 with the token-tree methods' unfused research-code attention counted; 11.5 / 38.7 / 76.1
+# with TensorRT-LLM 0.7-0.9's XQA kernel only for 8 query heads per KV head (Mistral-7B and Mixtral decode
+# with masked MHA, one KV read per query head).
+GUARD = {"median_abs_rel_error": 0.125, "p90_abs_rel_error": 0.397, "within_25pct": 0.751}
 # Leave-one-publication-out (the headline): 18.1 / 81.6 / 56.6 before physical bounds; 18.2 / 82.9 / 57.6
 # with every efficiency <= 1; 14.7 / 50.5 / 69.7 with the speculation host work counted and unseen
 # parameters kept at their priors.
@@ -66,7 +68,11 @@ GUARD = {"median_abs_rel_error": 0.135, "p90_abs_rel_error": 0.436, "within_25pc
 # today's values (16.1 / 43.7 / 66.9). 13.5 / 41.8 / 70.6 with the token-tree methods' research code
 # attending unfused over the tree mask (7 kernels per layer and materialised scores where HF decoding
 # runs one SDPA kernel): Spec-Bench held out 23.3 / 46.8 -> 9.7 / 26.9 %, median signed +23.3 -> +9.2 %.
-LOPO_GUARD = {"median_abs_rel_error": 0.145, "p90_abs_rel_error": 0.428, "within_25pct": 0.696}
+# 12.2 / 39.4 / 73.4 with TensorRT-LLM 0.7-0.9's XQA kernel only for 8 query heads per KV head (Mistral-7B
+# and Mixtral decode with masked MHA, one KV read per query head; trt-llm refit 0.946 bandwidth, 3.99 ms
+# step): the TensorRT-LLM 0.9 performance tables 18.8 / 44.2 / 59.4 -> 16.2 / 38.4 / 65.6, Mistral +19 %
+# -> -13 % median signed. Guards within ~1 point of today's values (12.2 / 39.4 / 73.4).
+LOPO_GUARD = {"median_abs_rel_error": 0.132, "p90_abs_rel_error": 0.404, "within_25pct": 0.724}
 
 
 # fixtures `measurements`, `loso` (leave-one-table-out) and `lopo` (leave-one-publication-out):
