@@ -110,6 +110,8 @@ SPEC_HOST_WORK = True        # the runtimes' counted per-step host work of specu
 KEEP_UNSEEN_PRIORS = True    # parameters a fold's rows cannot see keep their priors
 GQA_KERNELS = True           # the runtimes' GQA-unaware attention kernels (eager repeat_kv)
 PREFILL_PER_SEQUENCE = True  # runtimes that prefill one prompt per pass
+CUSTOM_ALLREDUCE = True      # runtimes' own tensor-parallel all-reduce kernels (tp_allreduce: custom)
+UNFUSED_TREE_ATTENTION = True  # research code's tree attention computed op by op
 
 
 def prior_runtime(rt_id: str) -> Runtime:
@@ -121,6 +123,10 @@ def prior_runtime(rt_id: str) -> Runtime:
         base = dataclasses.replace(base, gqa_attention="grouped")
     if not PREFILL_PER_SEQUENCE:
         base = dataclasses.replace(base, prefill_per_sequence=False)
+    if not CUSTOM_ALLREDUCE:
+        base = dataclasses.replace(base, tp_allreduce="auto")
+    if not UNFUSED_TREE_ATTENTION:
+        base = dataclasses.replace(base, tree_attention_kernels_per_layer=None)
     return dataclasses.replace(base, **PRIORS.get(rt_id, {}))
 
 
@@ -380,6 +386,28 @@ def _no_fp8_matrix_efficiency():
     return {"records": rewrite}
 
 
+def _no_mma_sync():
+    """MoE experts of TensorRT-LLM up to 0.9 on Hopper at the dense (wgmma) rate: every device's
+    ``mma_sync_matrix_fraction`` 1."""
+    from costmodel.inputs.hardware import load_hardware
+
+    def rewrite(rec):
+        return {"hardware": dataclasses.replace(load_hardware(rec.hardware), mma_sync_matrix_fraction=1.0)}
+    return {"records": rewrite}
+
+
+def _no_per_rank_host():
+    """vLLM's per-step host work flat (``step_overhead_s`` only): the per-rank term 0 and not fitted."""
+    return {"FIT_PARAMS": dict(FIT_PARAMS, vllm=("bandwidth_efficiency", "step_overhead_s")),
+            "PRIORS": dict(PRIORS, vllm=dict(PRIORS.get("vllm", {}), step_overhead_per_rank_s=0.0))}
+
+
+def _no_custom_allreduce():
+    """NCCL's all-reduce everywhere: the runtimes' ``tp_allreduce`` 'auto', rows pinned to 'custom' too."""
+    return {"CUSTOM_ALLREDUCE": False,
+            "records": lambda r: {"allreduce_algorithm": "auto"} if r.allreduce_algorithm == "custom" else {}}
+
+
 #: name -> module-level overrides that switch one mechanism off; records may be rewritten by "records"
 #: (field values for every record, or a function of the record)
 ABLATIONS = {
@@ -395,6 +423,10 @@ ABLATIONS = {
     "per-sequence prefill (compiled)": lambda: {"PREFILL_PER_SEQUENCE": False},
     "Medusa heads from the checkpoint (5; off: one per tree level)": lambda: {
         "records": lambda r: {"medusa_heads": 4} if r.draft_model == "medusa" else {}},
+    "custom all-reduce kernels (vLLM; off: NCCL)": _no_custom_allreduce,
+    "host work per worker rank (vLLM; off: one flat step overhead)": _no_per_rank_host,
+    "MoE GEMMs at the mma.sync rate on Hopper (TensorRT-LLM <= 0.9)": _no_mma_sync,
+    "unfused tree attention in research code (eager)": lambda: {"UNFUSED_TREE_ATTENTION": False},
 }
 
 
