@@ -417,8 +417,9 @@ ABLATIONS = {
     "host work per speculation step (counted ops and syncs)": _no_spec_host,
     "unseen parameters keep their priors": _no_unseen_priors,
     "all-reduce 'auto' (ring only)": lambda: {"records": {"allreduce_algorithm": "ring"}},
-    # engine versions (trt-llm@0.5) set only their kernels' GQA mode in the validation rows: off = the bare id
-    "GQA-unaware attention kernels (eager repeat_kv, TensorRT-LLM before 0.7)": lambda: {
+    # engine versions (trt-llm@0.5, @0.9) set their kernels' GQA mode (and XQA's group sizes) in the validation
+    # rows, besides the MoE flags: off = the bare id, which also drops those flags
+    "GQA-unaware attention kernels (eager repeat_kv; TensorRT-LLM before 0.7, and 0.7-0.9 outside XQA's 8 query heads per KV head; engine versions off, their MoE flags too)": lambda: {
         "GQA_KERNELS": False, "records": lambda r: {"runtime": split_version(r.runtime)[0]}},
     "per-sequence prefill (compiled)": lambda: {"PREFILL_PER_SEQUENCE": False},
     "Medusa heads from the checkpoint (5; off: one per tree level)": lambda: {
