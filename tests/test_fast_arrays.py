@@ -61,21 +61,21 @@ def test_the_shortcut_does_not_fire_on_ties_nan_or_broadcast_terms():
     assert np.shape(got[0]) == (2, 3)
 
 
+def _random_terms(rng, rows_hi: int, cols_hi: int, count_lo: int, makers):
+    """(shape, terms): a random 2-D shape and 1..5 terms, each made by a maker picked at random
+    (``maker(rng, shape)``)."""
+    shape = (int(rng.integers(1, rows_hi)), int(rng.integers(1, cols_hi)))
+    return shape, [makers[rng.integers(0, len(makers))](rng, shape) for _ in range(int(rng.integers(count_lo, 6)))]
+
+
 def test_random_terms_agree_with_the_stack():
     rng = np.random.default_rng(5)
+    makers = (lambda r, s: np.float64(0.0),
+              lambda r, s: r.uniform(0, 10, s) + 20.0 * r.integers(0, 2),
+              lambda r, s: r.uniform(0, 10, (s[0], 1)),
+              lambda r, s: np.float64(r.uniform(0, 10)))
     for _ in range(300):
-        shape = (int(rng.integers(1, 5)), int(rng.integers(1, 6)))
-        terms = []
-        for k in range(int(rng.integers(2, 6))):
-            kind = rng.integers(0, 4)
-            if kind == 0:
-                terms.append(np.float64(0.0))
-            elif kind == 1:
-                terms.append(rng.uniform(0, 10, shape) + 20.0 * rng.integers(0, 2))
-            elif kind == 2:
-                terms.append(rng.uniform(0, 10, (shape[0], 1)))
-            else:
-                terms.append(np.float64(rng.uniform(0, 10)))
+        shape, terms = _random_terms(rng, 5, 6, 2, makers)
         if all(np.ndim(t) == 0 for t in terms):
             continue
         own = tuple(i for i, t in enumerate(terms) if type(t) is np.ndarray and rng.integers(0, 2))
@@ -99,21 +99,13 @@ def test_empty_aligned_starts_large_arrays_on_a_huge_page():
 def test_add_all_is_the_left_to_right_sum_and_writes_no_term():
     from costmodel.fast.arrays import add_all
     rng = np.random.default_rng(9)
+    makers = (lambda r, s: np.float64(r.choice([0.0, -0.0, 2.5])),
+              lambda r, s: r.choice([0.0, -0.0, 1.0, np.nan, np.inf, 1e300], size=s),
+              lambda r, s: np.broadcast_to(r.uniform(-1, 1, (s[0], 1)), s),
+              lambda r, s: r.uniform(-1, 1, (1, s[1])),
+              lambda r, s: np.asarray(0.0))
     for _ in range(300):
-        shape = (int(rng.integers(1, 4)), int(rng.integers(1, 5)))
-        terms = []
-        for _k in range(int(rng.integers(1, 6))):
-            kind = rng.integers(0, 5)
-            if kind == 0:
-                terms.append(np.float64(rng.choice([0.0, -0.0, 2.5])))
-            elif kind == 1:
-                terms.append(rng.choice([0.0, -0.0, 1.0, np.nan, np.inf, 1e300], size=shape))
-            elif kind == 2:
-                terms.append(np.broadcast_to(rng.uniform(-1, 1, (shape[0], 1)), shape))
-            elif kind == 3:
-                terms.append(rng.uniform(-1, 1, (1, shape[1])))
-            else:
-                terms.append(np.asarray(0.0))
+        shape, terms = _random_terms(rng, 4, 5, 1, makers)
         before = [np.array(t, copy=True) for t in terms]
         want = np.asarray(0.0)
         for t in before:
