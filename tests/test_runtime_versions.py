@@ -238,7 +238,7 @@ def test_trt_llm_0_9_fp16_experts_on_hopper_run_at_the_mma_sync_ceiling(hardware
     """An fp16 Mixtral engine on Hopper under 0.9: its other matrices run cuBLAS (wgmma) at the full
     fp16 rate, 9.894e14 x 0.798 = 7.89541e14 FLOP/s on an H100 SXM, its experts in the Ampere grouped
     GEMM at 2/3 of that peak: 9.894e14 x 0.798 x 0.667 = 5.26624e14 FLOP/s (H200: x 0.799 =
-    5.27291e14). 0.10 runs them at the pass's rate (None). FLOPs and bytes are the same in both."""
+    5.27284e14). 0.10 runs them at the pass's rate (None). FLOPs and bytes are the same in both."""
     from costmodel.engine.roofline import unit_flops_per_s
     old_ex, old = _moe_ffn("trt-llm@0.9", weight_dtype="fp16", hardware=hardware)
     new_ex, new = _moe_ffn("trt-llm@0.10", weight_dtype="fp16", hardware=hardware)

@@ -19,9 +19,9 @@ How it is evaluated (no Python loop per row):
   :func:`costmodel.engine.evaluate.evaluate_arrays` with the numeric axes as numpy arrays shaped to
   broadcast against each other (batch (n, 1) × prompt (1, m)), so work that depends on one axis
   only is done once per value of that axis. The ``hardware`` axis (as a HardwareStack) and the
-  ``n_devices`` axis (device counts above one) are arrays too, where the engine prices their values
+  ``n_devices`` axis (device counts; one device joins the larger counts, its all-reduce 0 s, except under a custom all-reduce) are arrays too, where the engine prices their values
   alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
-  (32768 by default: arrays that stay in the CPU cache) along their first vectorised axis; the
+  (``CHUNK_ROWS``, 65536, by default: arrays that stay in the CPU caches) along their first vectorised axis; the
   per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
   evaluated on forked processes that take chunks from a shared work queue and pass each chunk's
   columns through a small shared buffer into this process's columns (:mod:`costmodel.fast.sweep_fork`:
@@ -67,7 +67,7 @@ from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_o
 from costmodel.analysis.sweep_columns import CODE_KEYS, CODE_TEXT, Columns, axis_array, contiguous
 from costmodel.analysis.sweep_grid import Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
-from costmodel.analysis.sweep_output import check_output, write_frame
+from costmodel.analysis.sweep_output import _SOURCE, check_output, write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, record_head, record_tail
@@ -89,7 +89,6 @@ CHUNK_ROWS = 1 << 16
 #: columns is ~0.4 GB of results per task
 DEFAULT_CHUNK_ROWS = 1 << 20
 ENGINES = ("numpy", "dask")
-_SOURCE = "sweep"
 
 
 # ----------------------------------------------------------------------------------------- engine
@@ -370,7 +369,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     ``engine``: ``"numpy"`` (in process) or ``"dask"`` (chunks on a ``dask.distributed``
     cluster: ``scheduler`` None starts a ``LocalCluster``; an address such as
     ``"tcp://host:8786"`` or a ``distributed.Client`` uses that cluster).
-    ``chunk_rows``: rows per evaluation call (default 32768: arrays that stay in cache) and per
+    ``chunk_rows``: rows per evaluation call (default ``CHUNK_ROWS``, 65536: arrays that stay in cache) and per
     Dask task (default 2**20). ``workers``: processes (forked, their chunks gathered here) or,
     where forking is not safe, threads evaluating chunks (default: the CPU count, at most 8; 1 =
     this process alone); see the module docstring.

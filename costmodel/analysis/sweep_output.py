@@ -7,6 +7,7 @@ import os
 
 from costmodel.errors import InputError
 
+#: the source named by a sweep's messages
 _SOURCE = "sweep"
 
 OUTPUT_TYPES = (".csv", ".parquet", ".pq")

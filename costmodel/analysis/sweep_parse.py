@@ -9,11 +9,14 @@ from __future__ import annotations
 import contextvars
 import itertools
 
+from costmodel.analysis.sweep_output import _SOURCE
 from costmodel.errors import InputError, again, kept
 from costmodel.inputs.record import Record, parse_record
 
-#: the source named by a sweep's messages
-_SOURCE = "sweep"
+#: labels already written (text and int values only), at most 4096: a plan asks for a group's label
+#: once per block and per refused device
+_LABELS: dict = {}
+
 
 def _label(pairs) -> str:
     pairs = tuple(pairs)
@@ -25,9 +28,6 @@ def _label(pairs) -> str:
             hit = _LABELS[pairs] = _label_now(pairs)
         return hit
     return _label_now(pairs)
-
-
-_LABELS: dict = {}
 
 
 def _label_now(pairs) -> str:
@@ -73,20 +73,28 @@ def _parse(d: dict, pairs, execs: bool = False) -> Record:
     """parse_record; with ``execs`` also build the model's and draft's execution (a model that does
     not split over the devices is refused here, before anything is evaluated). Within one plan
     each distinct (mapping, label, ``execs``) is parsed once."""
+    return _memo(d, pairs, execs, lambda: _parse_now(d, pairs, execs))
+
+
+def _memo(d: dict, pairs, execs: bool, compute) -> Record:
+    """``compute()``, looked up in the plan's records by (mapping, label, ``execs``) and kept there,
+    a refusal too (re-raised as a copy); computed every time outside a plan or for an unhashable
+    value (a list)."""
     memo = _PARSED.get()
-    if memo is None:
-        return _parse_now(d, pairs, execs)
     try:
         key = (tuple(d.items()), tuple(pairs), execs)
-        hit = memo.get(key)
-    except TypeError:                     # an unhashable value (a list): parsed every time
-        return _parse_now(d, pairs, execs)
+        hit = None if memo is None else memo.get(key)
+    except TypeError:
+        memo = hit = None
     if hit is None:
         try:
-            hit = memo[key] = _parse_now(d, pairs, execs)
+            hit = compute()
         except InputError as exc:
-            memo[key] = kept(exc)
-            raise again(exc) from None
+            if memo is None:
+                raise
+            hit = kept(exc)
+        if memo is not None:
+            memo[key] = hit
     if isinstance(hit, InputError):
         raise again(hit)
     return hit
@@ -109,25 +117,12 @@ def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = Fals
     v = d[name]
     if isinstance(v, str) and not v.strip() or v is None:
         return _parse(d, pairs, execs)
-    memo = _PARSED.get()
-    try:
-        key = (tuple(d.items()), tuple(pairs), execs)
-        hit = None if memo is None else memo.get(key)
-    except TypeError:
-        memo = hit = None
-    if hit is None:
-        from costmodel.inputs.record import parse_changed
-        try:
-            hit = parse_changed(rec, name, v, _label(pairs))
-            if execs:
-                hit = _with_execs(hit, pairs)
-        except InputError as exc:
-            hit = kept(exc)
-        if memo is not None:
-            memo[key] = hit
-    if isinstance(hit, InputError):
-        raise again(hit)
-    return hit
+    from costmodel.inputs.record import parse_changed
+
+    def compute():
+        got = parse_changed(rec, name, v, _label(pairs))
+        return _with_execs(got, pairs) if execs else got
+    return _memo(d, pairs, execs, compute)
 
 
 def _with_execs(rec: Record, pairs) -> Record:

@@ -123,7 +123,7 @@ def compact(a: np.ndarray) -> np.ndarray:
     return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
 
 
-def max_argmax(terms, first_is_new: bool = False, new_terms: tuple = (), max_wanted: bool = True):
+def max_argmax(terms, new_terms: tuple = (), max_wanted: bool = True):
     """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
     of the broadcast terms, without materialising the stack; the argmax may have a smaller shape
     that broadcasts to the max's (a scalar where one term is the maximum everywhere). None (the
@@ -133,7 +133,7 @@ def max_argmax(terms, first_is_new: bool = False, new_terms: tuple = (), max_wan
     maximum >= +0.0, and max(m, +0.0) = m). A term strictly greater than the running maximum
     everywhere (no NaN on either side: every comparison held) is the new maximum as it is, and
     its index the argmax everywhere so far, when that term is the caller's own new array
-    (``first_is_new``: the first term; ``new_terms``: their indices), which the result may be or
+    (``new_terms``: their indices), which the result may be or
     overwrite, or when the caller reads only the argmax (``max_wanted`` False: the max returned
     may then be one of the terms itself). The max is otherwise a new array or the first term."""
     if not any(t.ndim for t in terms):
@@ -144,7 +144,7 @@ def max_argmax(terms, first_is_new: bool = False, new_terms: tuple = (), max_wan
         m = max(fl)
         return np.float64(m), np.intp(fl.index(m))
     m, idx, checked = terms[0], None, None
-    m_new = (first_is_new or 0 in new_terms) and type(m) is np.ndarray     # m may be overwritten
+    m_new = 0 in new_terms and type(m) is np.ndarray     # m may be overwritten
     low = None                                          # (m, min of m) once computed
     for i in range(1, len(terms)):
         t = terms[i]

@@ -20,7 +20,7 @@ as evaluating the rows: two workers then took longer than one.) The columns:
   parent from that value;
 * a text column that names a bound (``bound``, ``prefill_bound``) arrives as int8 codes into
   :data:`costmodel.engine.roofline.BOUNDS` (``evaluate_arrays(bound_codes=True)``) and is returned
-  as codes, or (``code_text`` given) as text filled chunk by chunk.
+  as text (``code_text``), filled chunk by chunk.
 
 Anything else (another kind of text column, a column whose kind changes between chunks) makes
 :func:`evaluate_forked` return None, and the caller evaluates the grid in one process. So does a
@@ -181,12 +181,11 @@ class _Ring:
         return out
 
 
-def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress=None, total: int = 0,
-                    code_keys=(), code_text=None):
+def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress, total: int,
+                    code_keys: tuple, code_text):
     """Evaluate ``tasks`` (``run(task)`` -> {key: value}; ``place(task)`` -> (grid index, rows)) on
     ``workers`` processes; keys in ``skip`` are not columns; ``code_keys`` arrive as int8 codes and
-    are returned as codes, or with ``code_text`` (an object array: the text of each code) as that
-    text. Returns {key: grid-shaped array} in the first chunk's key order, or None when the grid
+    are returned as their text (``code_text``: an object array, the text of each code). Returns {key: grid-shaped array} in the first chunk's key order, or None when the grid
     must be evaluated in one process (module doc). Every process learns the columns from the first
     chunk it evaluates and the children's must equal the parent's. Text columns are filled chunk by
     chunk as the chunks arrive: the parent's work per chunk, which the work queue balances against
@@ -222,7 +221,7 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
             finished = True
     finally:
         if not finished or not ok:                   # an error or a fallback: stop the children's work
-            _stop([(pid, r) for pid, r, _f in children])
+            _stop(pid for pid, _r, _f in children)
         os.close(qr)
         for pid, r, f in children:
             os.close(r)
@@ -258,9 +257,9 @@ class _Parent:
         if specs is None or not self.ring.lay_out(specs):
             return False
         self.specs = specs
-        self.out = {k: empty_aligned(self.shape, dtype=np.int8 if kind == "code" else info)
+        self.out = {k: empty_aligned(self.shape, dtype=info)
                     for k, (kind, info) in specs.items()
-                    if kind == "num" or (kind == "code" and self.code_text is None)}
+                    if kind == "num"}
         self.text = {k: np.empty(self.shape, dtype=object) for k in specs if k not in self.out}
         return True
 
@@ -306,7 +305,7 @@ class _Parent:
                 got_any = True
                 if not part:                               # the child exited without a last word
                     self.open.discard(c)
-                    _raise(("error", "a sweep worker process exited without its results"))
+                    _raise(("error", _NO_RESULTS))
                 self.bufs[c] += part
                 self._handle(c)
             if not block and not got_any:
@@ -441,9 +440,12 @@ def _raise(failure: tuple):
     raise RuntimeError(f"a sweep worker process failed: {failure[1]}")
 
 
-def _stop(children: list) -> None:
+_NO_RESULTS = "a sweep worker process exited without its results"    # its pipe closed before them
+
+
+def _stop(pids) -> None:
     """Terminate the forked children (SIGTERM), ignoring those already gone."""
-    for pid, _r in children:
+    for pid in pids:
         try:
             os.kill(pid, 15)
         except OSError:
@@ -479,7 +481,7 @@ def map_forked(run, tasks: list, workers: int):
     try:
         results[0::workers] = [run(t) for t in tasks[0::workers]]
     except BaseException:
-        _stop(children)
+        _stop(pid for pid, _r in children)
         raise
     finally:
         for k, (pid, r) in enumerate(children, start=1):
@@ -487,7 +489,7 @@ def map_forked(run, tasks: list, workers: int):
                 try:
                     msg = pickle.load(f)
                 except (EOFError, pickle.UnpicklingError):
-                    msg = ("error", "a sweep worker process exited without its results")
+                    msg = ("error", _NO_RESULTS)
             os.waitpid(pid, 0)
             if msg[0] == "ok":
                 results[k::workers] = msg[1]

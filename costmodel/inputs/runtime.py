@@ -231,7 +231,7 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
     _optional(f, "kv_pool_fraction", vals, sources, lambda s: s.num("value", min_value=0.01, max_value=1.0))
     _optional(f, "kv_pool_basis", vals, sources, _kv_pool_basis)
     for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts", "moe_gemm_mma_sync"):
-        _optional(f, k, vals, sources, lambda s: s.flag("value"))
+        _optional(f, k, vals, sources, _flag)
     _optional(f, "prefill_chunk_tokens", vals, sources,
               lambda s: s.num("value", min_value=1, max_value=1 << 24, allow_null=True, required=False))
     vals.update(vals_v)
@@ -261,6 +261,7 @@ def _choice(allowed: tuple, what: str):
 
 
 def _flag(s: Fields) -> bool:
+    """A ``value`` that is true or false."""
     return s.flag("value")
 
 
