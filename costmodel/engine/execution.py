@@ -203,6 +203,23 @@ class Exec:
         return rate * self.hw.mma_sync_matrix_fraction if legacy else rate
 
     @functools.cached_property
+    def attention_matrix_flops_per_s(self):
+        """The attention kernels' matrix rate where it is not the pass's (None: ``matrix_flops_per_s``):
+        an fp8 engine (matrix units in fp8) whose runtime has no fp8 attention kernels
+        (``Runtime.fp8_context_fmha`` False) runs Q·K and P·V in fp16: peak(fp16) · the hardware's fp16
+        GEMM fraction · compute_efficiency, half the fp8 rate on Hopper and Ada."""
+        if self.rt.fp8_context_fmha:
+            return None
+        if self.dtype_members:           # stacked dtypes: each member's attention rate along the axis
+            if all(e.attention_matrix_flops_per_s is None for e in self.dtype_members):
+                return None
+            return self.per_weight_dtype(lambda e: e.matrix_flops_per_s if e.attention_matrix_flops_per_s is None
+                                         else e.attention_matrix_flops_per_s)
+        if self.compute_dtype != "fp8":
+            return None
+        return self.matrix_rate_for("fp16")
+
+    @functools.cached_property
     def expert_dequant_flops_per_weight(self) -> float:
         """Dequantisation FLOPs per expert weight: weight-only int8's (``Runtime.dequant_flops_per_weight_int8``,
         the same byte-to-fp16 conversion and scale) when ``experts_weight_only``, else the body's."""

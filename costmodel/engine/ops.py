@@ -15,7 +15,8 @@ for the group. Formulas (per layer unless stated):
               weight-only: 1-byte weights dequantised to fp16, FLOPs at the fp16 rate (Exec.experts_weight_only)
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
-              L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
+              L2 bytes = KV tokens re-read from L2; at the fp16 rate in an fp8 engine whose runtime has no fp8
+              attention kernels (Runtime.fp8_context_fmha); a runtime whose kernels do not share a GQA KV head
               among its query heads (Runtime.gqa_attention) reads or copies it once per query head
               (kv_reads.gqa_extra_bytes; L2 absorbs the re-reads it holds)
 * all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
@@ -193,7 +194,8 @@ def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
             l2_tokens = l2_tokens * kv_tok
         if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
             hbm = hbm + 2.0 * 4.0 * ex.heads_per_device * pr
-        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens))
+        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens,
+                      unit_flops_per_s=ex.attention_matrix_flops_per_s))
     return ops
 
 
