@@ -16,11 +16,12 @@ from costmodel.inputs.record import Record, parse_record
 #: labels already written (text and int values only), at most 4096: a plan asks for a group's label
 #: once per block and per refused device
 _LABELS: dict = {}
+_LABEL_TYPES = {str, int}
 
 
 def _label(pairs) -> str:
     pairs = tuple(pairs)
-    if all(type(v) is str or type(v) is int for _k, v in pairs):      # kept: text and ints label alike
+    if {type(v) for _k, v in pairs} <= _LABEL_TYPES:      # kept: text and ints label alike
         hit = _LABELS.get(pairs)
         if hit is None:
             if len(_LABELS) >= 4096:
