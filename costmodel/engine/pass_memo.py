@@ -27,10 +27,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from costmodel.engine.roofline import RECORD_OPS
-
-#: most passes kept within one :func:`shared_passes` block (least recently used dropped first)
-SHARED_PASSES = 8
+#: most values kept within one :func:`shared_passes` block (least recently used dropped first)
+SHARED_PASSES = 16
 _MEMO: contextvars.ContextVar = contextvars.ContextVar("costmodel_shared_passes", default=None)
 
 
@@ -78,22 +76,40 @@ def exec_key(ex) -> tuple:
     return (type(ex),) + tuple(value_key(getattr(ex, f.name)) for f in dataclasses.fields(ex))
 
 
-def shared(fn):
-    """``fn(ctx, B=None, P=None)`` (a pass of ``ctx.ex`` over ``ctx``'s or the given B and P, and
-    ``ctx.G``) priced once per key within :func:`shared_passes`."""
-    @functools.wraps(fn)
-    def wrapper(ctx, B=None, P=None):
-        memo = _MEMO.get()
-        if memo is None:
-            return fn(ctx, B, P)
-        key = (fn.__module__, fn.__qualname__, exec_key(ctx.ex), value_key(ctx.B if B is None else B),
-               value_key(ctx.P if P is None else P), value_key(ctx.G), RECORD_OPS.get())
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = fn(ctx, B, P)
-            if len(memo) > SHARED_PASSES:
-                memo.popitem(last=False)
-        else:
-            memo.move_to_end(key)
-        return hit
-    return wrapper
+def shared_call(name: str, key, compute):
+    """``compute()``, once per (``name``, ``key``) within :func:`shared_passes` (the same object to
+    every caller), every time outside it. ``key`` must hold everything ``compute`` reads."""
+    memo = _MEMO.get()
+    if memo is None:
+        return compute()
+    k = (name, key)
+    hit = memo.get(k)
+    if hit is None:
+        hit = memo[k] = compute()
+        if len(memo) > SHARED_PASSES:
+            memo.popitem(last=False)
+    else:
+        memo.move_to_end(k)
+    return hit
+
+
+def shared(key):
+    """Decorator: ``fn(*args, **kw)`` priced once per ``key(*args, **kw)`` (a tuple of
+    :func:`value_key`/:func:`exec_key` parts, everything the pass reads) within :func:`shared_passes`."""
+    def wrap(fn):
+        name = f"{fn.__module__}.{fn.__qualname__}"
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kw):
+            if _MEMO.get() is None:
+                return fn(*args, **kw)
+            from costmodel.engine.roofline import RECORD_OPS      # (roofline imports execution, which imports this)
+            return shared_call(name, (key(*args, **kw), RECORD_OPS.get()), lambda: fn(*args, **kw))
+        return wrapper
+    return wrap
+
+
+def ctx_pass_key(ctx, B=None, P=None) -> tuple:
+    """The key of a target pass over ``ctx`` (its Exec, and ``ctx``'s or the given B and P, and G)."""
+    return (exec_key(ctx.ex), value_key(ctx.B if B is None else B), value_key(ctx.P if P is None else P),
+            value_key(ctx.G))

@@ -6,11 +6,11 @@ import numpy as np
 
 from costmodel.engine import memory
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.pass_memo import shared
+from costmodel.engine.pass_memo import ctx_pass_key, shared
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, with_step_overhead
 
 
-@shared
+@shared(ctx_pass_key)
 def ar_decode_pass(ctx: Ctx, B=None, P=None):
     """The decoding pass: B sequences × 1 token over the mean context L = P + G/2."""
     B = ctx.B if B is None else np.asarray(B, dtype=float)

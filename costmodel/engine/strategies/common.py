@@ -13,7 +13,7 @@ from costmodel.engine.ops import PassShape
 from costmodel.inputs.record import Record
 from costmodel.engine.roofline import Cost, overhead_cost
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.pass_memo import shared
+from costmodel.engine.pass_memo import ctx_pass_key, shared
 
 
 @dataclass
@@ -139,7 +139,7 @@ def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None, seqs=1.0
                                 np.shape(cost.time_s))
 
 
-@shared
+@shared(ctx_pass_key)
 def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
     """Prompt processing: the B·P tokens in one pass; with a runtime that prefills one prompt at a time
     (``prefill_per_sequence``) B passes of P tokens (weights re-read per pass, same FLOPs); with a
