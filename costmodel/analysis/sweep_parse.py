@@ -126,6 +126,25 @@ def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = Fals
     return _memo(d, pairs, execs, compute)
 
 
+def refusal_one_changed(rec: Record, name: str, d: dict, pairs) -> str | None:
+    """The message of :func:`parse_one_changed` with ``execs`` (the record's refusal), or None when it
+    parses. For a record asked about once (a refused group's device), so it is not kept in the plan's
+    lookup: the same text without the lookup's key and copies."""
+    v = d[name]
+    if not isinstance(v, str) or not v.strip():
+        try:
+            _parse(d, pairs, True)
+            return None
+        except InputError as exc:
+            return str(exc)
+    from costmodel.inputs.record import parse_changed
+    try:
+        _with_execs(parse_changed(rec, name, v, _label(pairs)), pairs)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
 def _with_execs(rec: Record, pairs) -> Record:
     """``rec`` once the model's and draft's execution build (InputError naming the group otherwise)."""
     from costmodel.engine.evaluate import _execs
