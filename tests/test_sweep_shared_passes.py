@@ -39,10 +39,10 @@ def test_sharing_changes_no_value_and_does_share(monkeypatch, capacity):
     hits = []
     real = pass_memo.shared_call
 
-    def counted(name, key, compute):
+    def counted(name, key, compute, keep=None):
         memo = pass_memo._MEMO.get()
         hits.append(memo is not None and (name, key) in memo)
-        return real(name, key, compute)
+        return real(name, key, compute, keep)
 
     monkeypatch.setattr(pass_memo, "shared_call", counted)
     again = sweep(SPEC, workers=1, on_invalid="mark", **CAPACITY)
@@ -133,3 +133,16 @@ def test_small_grids_take_float_columns_from_one_slab():
     a, b = cols.cols["a"], cols.cols["b"]
     assert a.base is not None and a.base is b.base
     assert (a == 1.0).all() and (b[0] == 2.0).all() and np.isnan(b[1:]).all()
+
+
+def test_large_passes_are_not_kept():
+    class Big:
+        time_s = np.zeros(pass_memo.SHARED_MAX_ELEMENTS + 1)
+
+    @pass_memo.shared(lambda x: x)
+    def price(x):
+        return Big()
+
+    with pass_memo.shared_passes():
+        assert price(1) is not price(1)                 # computed again: too large to keep
+        assert len(pass_memo._MEMO.get()) == 0

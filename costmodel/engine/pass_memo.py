@@ -14,8 +14,8 @@ and generated-length arrays, and whether operator rows are kept (``roofline.RECO
 compared as itself when hashable (with its type: 1 and 1.0 are different keys), an array by its
 dtype, shape and bytes, and anything else by identity (held by the key, so its id is not reused).
 A ``HardwareStack`` or ``WeightDtypes`` hashes by identity: the sweep builds one object per set of
-members. At most ``SHARED_PASSES`` entries are kept, the most recently used: enough for neighbouring
-blocks, and a bound on the memory held (one entry is a pass's time and bound arrays)."""
+members. At most ``SHARED_PASSES`` entries are kept, the most recently used (enough for neighbouring
+blocks), each a pass of at most ``SHARED_MAX_ELEMENTS`` configurations: a bound on the memory held."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ import numpy as np
 
 #: most values kept within one :func:`shared_passes` block (least recently used dropped first)
 SHARED_PASSES = 16
+#: passes of more configurations than this are not kept: a large grid's pieces (65,536 rows by
+#: default) hold ~10 such arrays per pass, and each piece has arrays of its own (nothing to share)
+SHARED_MAX_ELEMENTS = 1 << 14
 _MEMO: contextvars.ContextVar = contextvars.ContextVar("costmodel_shared_passes", default=None)
 
 
@@ -76,18 +79,21 @@ def exec_key(ex) -> tuple:
     return (type(ex),) + tuple(value_key(getattr(ex, f.name)) for f in dataclasses.fields(ex))
 
 
-def shared_call(name: str, key, compute):
+def shared_call(name: str, key, compute, keep=None):
     """``compute()``, once per (``name``, ``key``) within :func:`shared_passes` (the same object to
-    every caller), every time outside it. ``key`` must hold everything ``compute`` reads."""
+    every caller), every time outside it. ``key`` must hold everything ``compute`` reads. ``keep``:
+    whether a result is kept (default: always)."""
     memo = _MEMO.get()
     if memo is None:
         return compute()
     k = (name, key)
     hit = memo.get(k)
     if hit is None:
-        hit = memo[k] = compute()
-        if len(memo) > SHARED_PASSES:
-            memo.popitem(last=False)
+        hit = compute()
+        if keep is None or keep(hit):
+            memo[k] = hit
+            if len(memo) > SHARED_PASSES:
+                memo.popitem(last=False)
     else:
         memo.move_to_end(k)
     return hit
@@ -104,9 +110,14 @@ def shared(key):
             if _MEMO.get() is None:
                 return fn(*args, **kw)
             from costmodel.engine.roofline import RECORD_OPS      # (roofline imports execution, which imports this)
-            return shared_call(name, (key(*args, **kw), RECORD_OPS.get()), lambda: fn(*args, **kw))
+            return shared_call(name, (key(*args, **kw), RECORD_OPS.get()), lambda: fn(*args, **kw), _small)
         return wrapper
     return wrap
+
+
+def _small(cost) -> bool:
+    """A pass small enough to keep: at most SHARED_MAX_ELEMENTS configurations."""
+    return np.size(cost.time_s) <= SHARED_MAX_ELEMENTS
 
 
 def ctx_pass_key(ctx, B=None, P=None) -> tuple:
