@@ -101,7 +101,8 @@ def shared_call(name: str, key, compute, keep=None):
 
 def shared(key):
     """Decorator: ``fn(*args, **kw)`` priced once per ``key(*args, **kw)`` (a tuple of
-    :func:`value_key`/:func:`exec_key` parts, everything the pass reads) within :func:`shared_passes`."""
+    :func:`value_key`/:func:`exec_key` parts: everything the pass reads, and whether operator rows
+    are kept, ``roofline.RECORD_OPS``) within :func:`shared_passes`."""
     def wrap(fn):
         name = f"{fn.__module__}.{fn.__qualname__}"
 
@@ -109,8 +110,7 @@ def shared(key):
         def wrapper(*args, **kw):
             if _MEMO.get() is None:
                 return fn(*args, **kw)
-            from costmodel.engine.roofline import RECORD_OPS      # (roofline imports execution, which imports this)
-            return shared_call(name, (key(*args, **kw), RECORD_OPS.get()), lambda: fn(*args, **kw), _small)
+            return shared_call(name, key(*args, **kw), lambda: fn(*args, **kw), _small)
         return wrapper
     return wrap
 
@@ -118,9 +118,3 @@ def shared(key):
 def _small(cost) -> bool:
     """A pass small enough to keep: at most SHARED_MAX_ELEMENTS configurations."""
     return np.size(cost.time_s) <= SHARED_MAX_ELEMENTS
-
-
-def ctx_pass_key(ctx, B=None, P=None) -> tuple:
-    """The key of a target pass over ``ctx`` (its Exec, and ``ctx``'s or the given B and P, and G)."""
-    return (exec_key(ctx.ex), value_key(ctx.B if B is None else B), value_key(ctx.P if P is None else P),
-            value_key(ctx.G))

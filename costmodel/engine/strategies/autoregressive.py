@@ -6,8 +6,9 @@ import numpy as np
 
 from costmodel.engine import memory
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.pass_memo import ctx_pass_key, shared
-from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, with_step_overhead
+from costmodel.engine.pass_memo import shared
+from costmodel.engine.strategies.common import Ctx, Outcome, Pass, ctx_pass_key, decode_shape, prefill_cost, \
+    with_step_overhead
 
 
 @shared(ctx_pass_key)

@@ -11,9 +11,9 @@ from costmodel.engine.memory import Footprint
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import PassShape
 from costmodel.inputs.record import Record
-from costmodel.engine.roofline import Cost, overhead_cost
+from costmodel.engine.roofline import RECORD_OPS, Cost, overhead_cost
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.pass_memo import ctx_pass_key, shared
+from costmodel.engine.pass_memo import exec_key, shared, value_key
 
 
 @dataclass
@@ -137,6 +137,13 @@ def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None, seqs=1.0
         seconds = seconds + rt.host_s(np.asarray(seqs, dtype=float), 1 if prefill else None)
     return cost + overhead_cost(np.broadcast_to(seconds, np.shape(cost.time_s)),
                                 np.shape(cost.time_s))
+
+
+def ctx_pass_key(ctx: Ctx, B=None, P=None) -> tuple:
+    """What a target pass over ``ctx`` reads (engine.pass_memo): its Exec, ``ctx``'s or the given B and
+    P, G, and whether operator rows are kept."""
+    return (exec_key(ctx.ex), value_key(ctx.B if B is None else B), value_key(ctx.P if P is None else P),
+            value_key(ctx.G), RECORD_OPS.get())
 
 
 @shared(ctx_pass_key)

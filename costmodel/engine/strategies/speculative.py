@@ -30,7 +30,7 @@ from costmodel.engine import acceptance
 from costmodel.engine import memory
 from costmodel.engine.ops import mtp_projection_op
 from costmodel.engine.parallel import draft_link, transfer_time_s
-from costmodel.engine.roofline import Cost, comm_cost
+from costmodel.engine.roofline import RECORD_OPS, Cost, comm_cost
 from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.pass_memo import exec_key, shared, value_key
@@ -242,6 +242,6 @@ def _draft_prefill(ctx: Ctx, draft) -> Cost:
 
 def _draft_key(ctx: Ctx, draft) -> tuple:
     """What a draft pass reads besides its own arguments (engine.pass_memo): the draft's Exec, the
-    kind of draft, and the record's B, P and G."""
+    kind of draft, the record's B, P and G, and whether operator rows are kept."""
     return (None if draft is None else exec_key(draft), ctx.rec.draft_model, value_key(ctx.B), value_key(ctx.P),
-            value_key(ctx.G))
+            value_key(ctx.G), RECORD_OPS.get())
