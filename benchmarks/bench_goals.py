@@ -1,6 +1,6 @@
 """Every sweep goal as a ratio against llm-analysis measured in the same run (best of N).
 
-    python benchmarks/bench_goals.py [--rows 1000000] [--repeat 3] [--big-rows 10000000]
+    python benchmarks/bench_goals.py [--rows 1000000] [--repeat 3] [--big-rows 10000000] [--only capacity]
 
 Rows of the table (each figure is costmodel's speed over llm-analysis' ``LLMAnalysis.inference``
 per configuration, measured here, see bench_sweep.llm_analysis_bench; noisy on a shared machine,
@@ -16,6 +16,8 @@ so best of ``--repeat``):
 * ``tree_shape=optimal_for_hardware``: milliseconds per evaluate() (goal < 10 ms);
 * with ``--big-rows``: the CLI writing that many rows to Parquet, its wall time and peak RSS
   (goal < 1 GB), as a child process.
+
+``--only sweeps|capacity|tree`` runs that row (or rows) alone, with llm-analysis measured as always.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ TREE_SEARCH = dict(model="llama-2-7b", hardware="a100-80gb", batch_size=4, promp
                    draft_model="llama-68m", tree_nodes=32, acceptance_rate=0.7, tree_shape="optimal_for_hardware")
 
 
+ONLY = ("sweeps", "capacity", "tree")
+
+
 def best_time(fn, repeat: int) -> float:
     fn()                                   # warm-up: specs, caches
     ts = []
@@ -64,6 +69,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peer-configs", type=int, default=3000)
     ap.add_argument("--big-rows", type=int, default=0, help="also time the CLI writing this many rows to Parquet")
+    ap.add_argument("--only", choices=ONLY, help="run only these rows: the 1 M-row sweeps, the capacity grid or "
+                                                 "the tree search")
     args = ap.parse_args(argv)
     from costmodel import evaluate, sweep
 
@@ -86,7 +93,7 @@ def main(argv=None):
     n = 1
     for v in axes.values():
         n *= len(v)
-    for name, setup in SETUPS.items():
+    for name, setup in SETUPS.items() if args.only in (None, "sweeps") else ():
         t = best_time(lambda: sweep(setup, workers=1, **axes), args.repeat)
         rows.append((f"{n:,}-row sweep, {name}, 1 worker", f"{n / t:,.0f} rows/s", ratio(n / t), ">= 1000x"))
         if name == "speculative":
@@ -97,12 +104,15 @@ def main(argv=None):
     for v in CAPACITY.values():
         ncap *= len(v)
     base = dict(draft_model="llama-68m", acceptance_rate=0.7, gamma=4)
-    t = best_time(lambda: sweep(base, workers=1, on_invalid="mark", **CAPACITY), max(1, args.repeat - 1))
-    rows.append((f"capacity grid, {ncap:,} rows, 1 worker", f"{ncap / t:,.0f} rows/s ({t * 1e6 / ncap:.0f} µs/row)",
-                 ratio(ncap / t), ">= 300x"))
-    t = best_time(lambda: evaluate(TREE_SEARCH), 5 * args.repeat)
-    rows.append(("tree_shape=optimal_for_hardware, 32 nodes", f"{t * 1e3:.2f} ms per evaluate()",
-                 ratio(1.0 / t), "< 10 ms"))
+    if args.only in (None, "capacity"):
+        t = best_time(lambda: sweep(base, workers=1, on_invalid="mark", **CAPACITY), max(1, args.repeat - 1))
+        rows.append((f"capacity grid, {ncap:,} rows, 1 worker",
+                     f"{ncap / t:,.0f} rows/s ({t * 1e6 / ncap:.1f} µs/row, {t * 1e3:.1f} ms)", ratio(ncap / t),
+                     ">= 300x"))
+    if args.only in (None, "tree"):
+        t = best_time(lambda: evaluate(TREE_SEARCH), 5 * args.repeat)
+        rows.append(("tree_shape=optimal_for_hardware, 32 nodes", f"{t * 1e3:.2f} ms per evaluate()",
+                     ratio(1.0 / t), "< 10 ms"))
     if args.big_rows:
         side = int(args.big_rows ** 0.5)
         out = "bench_big.parquet"

@@ -131,6 +131,16 @@ class Exec:
         return self.model.n_heads / self.tp
 
     @functools.cached_property
+    def tp_allreduce_link(self):
+        """The link of the TP all-reduces, :func:`costmodel.engine.parallel.tp_link` (hw, tp, pp): every
+        pass on this instance asks, and for a sweep's devices × device counts it is picked element by
+        element (once per devices and counts within a sweep: engine.pass_memo)."""
+        from costmodel.engine.parallel import tp_link
+        from costmodel.engine.pass_memo import shared_call, value_key
+        return shared_call("tp_link", (value_key(self.hw), value_key(self.tp), self.pp),
+                           lambda: tp_link(self.hw, self.tp, self.pp))
+
+    @functools.cached_property
     def kv_heads_per_device(self) -> int:
         """KV heads held per device: split across TP, replicated when kv_heads < tp (MLA: the one
         latent, replicated on every TP rank)."""

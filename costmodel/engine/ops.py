@@ -329,12 +329,12 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     ops.append(gemm("o_proj", m.o_dim / tp * d, t, m.o_dim / tp, d, ex))
     ops.extend(_ffn_ops(ex, t, t_stage))
     if np.any(np.greater(tp, 1)):       # (an array of device counts: 0 s where a count is 1)
-        from costmodel.engine.parallel import allreduce_time_s, tp_link
+        from costmodel.engine.parallel import allreduce_time_s
         msg = t * d * act
         # with attention data parallelism the MoE layers combine by all-to-all, not by all-reduce
         n_ar = 2 * L if ex.dp <= 1 else L + m.n_dense_layers
         ops.append(Op("allreduce", "comm", n_ar, hbm_bytes=0.0,
-                      comm_s=allreduce_time_s(msg, tp, tp_link(ex.hw, tp, ex.pp), ex.allreduce_algorithm)))
+                      comm_s=allreduce_time_s(msg, tp, ex.tp_allreduce_link, ex.allreduce_algorithm)))
     ops.extend(moe_alltoall_ops(ex, t))
     lm_t = t if shape.lm_tokens is None else np.asarray(shape.lm_tokens, dtype=float)
     if ex.pp > 1:
