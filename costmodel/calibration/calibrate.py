@@ -421,6 +421,21 @@ def _no_per_rank_host():
             "PRIORS": dict(PRIORS, vllm=dict(PRIORS.get("vllm", {}), step_overhead_per_rank_s=0.0))}
 
 
+def _no_collective_bandwidth():
+    """NCCL's ring and tree all-reduces at the links' datasheet rate instead of the measured all-reduce bus
+    bandwidth (``collective_bandwidth_bytes_per_s``): every link's ``collective_bandwidth_bytes_per_s`` None."""
+    from costmodel.inputs.hardware import load_hardware
+
+    def datasheet(link):
+        return dataclasses.replace(link, collective_bandwidth_bytes_per_s=None)
+
+    def rewrite(rec):
+        hw = load_hardware(rec.hardware)
+        return {"hardware": dataclasses.replace(hw, scale_up=datasheet(hw.scale_up), host=datasheet(hw.host),
+                                                network=datasheet(hw.network))}
+    return {"records": rewrite}
+
+
 def _no_custom_allreduce():
     """NCCL's all-reduce everywhere: the runtimes' ``tp_allreduce`` 'auto', rows pinned to 'custom' too."""
     return {"CUSTOM_ALLREDUCE": False,
@@ -444,6 +459,7 @@ ABLATIONS = {
     "Medusa heads from the checkpoint (5; off: one per tree level)": lambda: {
         "records": lambda r: {"medusa_heads": 4} if r.draft_model == "medusa" else {}},
     "custom all-reduce kernels (vLLM; off: NCCL)": _no_custom_allreduce,
+    "all-reduce at the measured bus bandwidth (nccl-tests busbw; off: datasheet link rate)": _no_collective_bandwidth,
     "host work per worker rank (vLLM; off: one flat step overhead)": _no_per_rank_host,
     "MoE GEMMs at the mma.sync rate on Hopper (TensorRT-LLM <= 0.9)": _no_mma_sync,
     "unfused tree attention in research code (eager)": lambda: {"UNFUSED_TREE_ATTENTION": False},

@@ -10,13 +10,18 @@ over ``scale_up`` (NVLink, xGMI; PCIe on parts without a fabric) when they share
 slowest hop sets the pace of every synchronised step).
 
 **Tensor parallel.** Two all-reduces per layer of S = tokens · d_model · act_bytes (after the
-attention output projection and after the FFN), over the TP group's link:
+attention output projection and after the FFN), over the TP group's link. NCCL's (RCCL's) ring and
+tree run at β_c, the link's measured all-reduce bus bandwidth (``collective_bandwidth_bytes_per_s``:
+nccl-tests ``all_reduce_perf`` busbw at large messages, e.g. 231.6 of 300 GB/s on 8×A100 NVSwitch;
+NCCL's protocol overhead and, over PCIe, the host bridges); the peer-to-peer kernels (one-shot,
+two-shot) and point-to-point sends run at the datasheet β (plain loads/stores and copies, no NCCL
+protocol; their small messages are α-bound):
 
-    ring (Patarasuk & Yuan 2009; NCCL ring):      t = 2(n − 1)·α + 2(n − 1)/n · S/β
-    tree (NCCL double binary tree):              t = 2·log2(n)·α + 2·S/β
+    ring (Patarasuk & Yuan 2009; NCCL ring):      t = 2(n − 1)·α + 2(n − 1)/n · S/β_c
+    tree (NCCL double binary tree):              t = 2·log2(n)·α + 2·S/β_c
     auto (the default of a record's ``allreduce_algorithm``; what NCCL's tuner does: per message,
           the algorithm with the lower modelled time):
-                                                  t = min(ring, tree)   — tree below S ≈ 32·α·β at n = 8
+                                                  t = min(ring, tree)   — tree below S ≈ 32·α·β_c at n = 8
     one-shot (peer-to-peer kernel: every rank reads the n − 1 peers' whole buffers over its own
           links in parallel, then reduces locally; one synchronisation):
                                                   t = α + (n − 1)·S/β
@@ -90,7 +95,9 @@ TOKEN_ID_BYTES = 4.0          # int32 token ids
 def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring"):
     """Time of one all-reduce of ``message_bytes`` across ``n`` devices over ``link``.
 
-    ring: 2(n−1)·α + 2(n−1)/n · S/β;  tree (double binary tree): 2·log2(n)·α + 2·S/β;
+    ring: 2(n−1)·α + 2(n−1)/n · S/β_c;  tree (double binary tree): 2·log2(n)·α + 2·S/β_c, with β_c the
+    link's measured all-reduce bus bandwidth (``Link.collective_beta``: nccl-tests busbw at large
+    messages, the datasheet rate where none is recorded);
     auto: the smaller of the two for each message (NCCL picks its algorithm per message size);
     custom: the runtime's peer-to-peer kernel where it applies (:func:`custom_allreduce_s`), else auto;
     0 for n = 1.
@@ -109,10 +116,10 @@ def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring")
     if algorithm == "auto":
         return np.minimum(allreduce_time_s(s, n, link, "ring"), allreduce_time_s(s, n, link, "tree"))
     if algorithm == "tree":
-        return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.bandwidth_bytes_per_s
+        return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.collective_beta
     if algorithm != "ring":
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
-    return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.bandwidth_bytes_per_s
+    return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.collective_beta
 
 
 def custom_allreduce_applies(n: int, link: Link) -> bool:
@@ -186,7 +193,8 @@ def _per_device(hw, pick) -> Link:
     links = [pick(m) for m in hw.members]
     return Link(type=links[0].type,
                 bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(hw.shape),
-                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(hw.shape))
+                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(hw.shape),
+                collective_bandwidth_bytes_per_s=np.asarray([x.collective_beta for x in links], dtype=float).reshape(hw.shape))
 
 
 def _per_element(hw, n, pick) -> Link:
@@ -209,7 +217,8 @@ def _per_element(hw, n, pick) -> Link:
         links.append(got)
     return Link(type=links[0].type,
                 bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(shape),
-                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(shape))
+                latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(shape),
+                collective_bandwidth_bytes_per_s=np.asarray([x.collective_beta for x in links], dtype=float).reshape(shape))
 
 
 def _link_between(hw: Hardware, pairs) -> Link:

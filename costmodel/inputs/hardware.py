@@ -19,9 +19,21 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4", "fp4")   # fp4:
 
 @dataclass(frozen=True)
 class Link:
+    """One interconnect: ``bandwidth_bytes_per_s`` the datasheet rate per direction (β of point-to-point
+    sends and of the peer-to-peer kernels), ``latency_s`` the per-step latency α, and
+    ``collective_bandwidth_bytes_per_s`` the bus bandwidth NCCL/RCCL's ring and tree all-reduces reach
+    on it at large messages (nccl-tests ``all_reduce_perf`` busbw; YAML
+    ``collective_bandwidth_bytes_per_s: {value, source}``); None = the datasheet rate."""
     type: str
     bandwidth_bytes_per_s: float
     latency_s: float
+    collective_bandwidth_bytes_per_s: float | None = None
+
+    @property
+    def collective_beta(self):
+        """β of the NCCL ring/tree all-reduce: the measured busbw where recorded, else the datasheet rate."""
+        c = self.collective_bandwidth_bytes_per_s
+        return self.bandwidth_bytes_per_s if c is None else c
 
 
 @dataclass(frozen=True)
@@ -130,15 +142,28 @@ HW_KEYS = {
 """Allowed keys per section (``*_basis``, ``basis``, ``notes``: documentary text, never read)."""
 #: matrix rates recorded in the specs for completeness but not read (no record dtype uses them)
 DOCUMENTED_DTYPES = ("fp4",)
-LINK_KEYS = ("type", "bandwidth_bytes_per_s", "latency_s")
+LINK_KEYS = ("type", "bandwidth_bytes_per_s", "latency_s", "collective_bandwidth_bytes_per_s")
 MODE_KEYS = ("id", "power_w", "compute_scale", "bandwidth_scale", "basis")
 
 
 def _link(f: Fields, key: str) -> Link:
     s = f.sub(key)
     s.check_keys(LINK_KEYS)
-    return Link(type=s.text("type"), bandwidth_bytes_per_s=s.num("bandwidth_bytes_per_s", **LINK),
-                latency_s=s.num("latency_s", **SECONDS))
+    beta = s.num("bandwidth_bytes_per_s", **LINK)
+    coll = None
+    if "collective_bandwidth_bytes_per_s" in s.data:
+        # measured all-reduce bus bandwidth: above 0 and at most the link's datasheet rate (a ring's busbw is
+        # the bytes each link carries per second, which cannot exceed the wire)
+        c = s.sub("collective_bandwidth_bytes_per_s")
+        c.check_keys(("value", "source", "basis"))
+        c.text("source")
+        coll = c.num("value", **LINK)
+        if coll > beta:
+            raise InputError(f"must be <= the link's bandwidth_bytes_per_s ({beta:.4g}; a ring all-reduce's bus "
+                             f"bandwidth cannot exceed the wire rate), got {coll:.4g}", source=c.source,
+                             field=c._name("value"))
+    return Link(type=s.text("type"), bandwidth_bytes_per_s=beta, latency_s=s.num("latency_s", **SECONDS),
+                collective_bandwidth_bytes_per_s=coll)
 
 
 def parse_hardware(data, src: str) -> Hardware:
@@ -254,7 +279,8 @@ def stack_hardware(members, shape) -> HardwareStack:
     def link(name):
         ls = [getattr(m, name) for m in members]
         return Link(type=ls[0].type, bandwidth_bytes_per_s=arr([x.bandwidth_bytes_per_s for x in ls]),
-                    latency_s=arr([x.latency_s for x in ls]))
+                    latency_s=arr([x.latency_s for x in ls]),
+                    collective_bandwidth_bytes_per_s=arr([x.collective_beta for x in ls]))
 
     nums = {f: arr([getattr(m, f) for m in members], np.int64 if f == "sm_count" else float) for f in _STACKED}
     return HardwareStack(
