@@ -132,6 +132,56 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     return t, np.intp(k)
 
 
+#: a GEMM's terms at the low end of its range at least this (seconds), at the high end at most
+#: 1/this: their squares neither underflow nor overflow (see _gemm_across_ridge)
+_SQUARE_SAFE_S = 1e-100
+
+
+def _gemm_across_ridge(op: AffineOp, ex: Exec, ends):
+    """(seconds, bound index) of a GEMM (an AffineOp of kind 'matrix') on the device's own memory
+    (no L2 re-reads, no communication) whose binding term changes inside its range, as for a
+    prefill over batch × prompt tokens: :func:`costmodel.engine.roofline.gemm_overlap` makes its
+    time √(c² + m²) (``gemm_time_s``) in every element, bound by compute where c >= m, else by
+    memory; None when that cannot be shown from the operator's scalars and its range's ends.
+
+    Why that is :func:`_op_time`'s answer element for element: with c, m >= 0 and their squares
+    normal numbers, h = sqrt(c·c + m·m) >= sqrt(m·m) = m and likewise >= c (IEEE rounding is
+    monotonic, and sqrt(fl(m·m)) = m without underflow or overflow). Where c >= m the terms are
+    (h, m): the maximum h, first at 0; where c < m they are (c, h) with h >= m > c: h, at 1. The
+    l2 term (HBM bytes + 0)/L2 rate is at most m when L2 is not slower than HBM, and the
+    interconnect term is +0.0: neither is strictly above h. The terms are nondecreasing in x (the
+    coefficients are >= 0), so their bounds at the range's ends hold in every element."""
+    if op.kind != "matrix":
+        return None
+    vals = (op.f1, op.h0, op.h1, op.l2_bytes, op.comm_s, op.dequant_flops)
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in vals):
+        return None
+    f1, h0, h1, l2, cm, dq = (float(v) for v in vals)
+    if not all(v >= 0.0 and math.copysign(1.0, v) > 0.0 and v < math.inf for v in (f1, h0, h1, dq)) or \
+            l2 != 0.0 or cm != 0.0 or math.copysign(1.0, l2) < 0.0 or math.copysign(1.0, cm) < 0.0:
+        return None
+    peak = unit_flops_per_s(op, ex)
+    peak_v, bw, l2bw = ex.vector_flops_per_s, ex.hbm_bytes_per_s, ex.hw.l2_bandwidth_bytes_per_s
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in (peak, peak_v, bw, l2bw)):
+        return None
+    peak, peak_v, bw, l2bw = float(peak), float(peak_v), float(bw), float(l2bw)
+    if not (0.0 < peak < math.inf and 0.0 < peak_v < math.inf and 0.0 < bw < math.inf and l2bw >= bw):
+        return None
+    lo, hi = (float(op.x.flat[i]) for i in ends)
+    if not lo > 0.0:
+        return None
+    c_hi, m_lo, m_hi = compute_term_s(f1 * hi, dq, peak, peak_v), memory_term_s(h0 + h1 * lo, bw), \
+        memory_term_s(h0 + h1 * hi, bw)
+    if not (m_lo >= _SQUARE_SAFE_S and c_hi <= 1.0 / _SQUARE_SAFE_S and m_hi <= 1.0 / _SQUARE_SAFE_S):
+        return None
+    c = np.asarray(_term_new(op, "flops", compute_term_s, as_dequant(op.dequant_flops), peak, peak_v), dtype=float)
+    m = np.asarray(_term_new(op, "hbm_bytes", memory_term_s, bw), dtype=float)
+    if c.shape != op.x.shape or m.shape != op.x.shape:
+        return None
+    idx = np.less(c, m).view(np.int8)            # 1 (memory) where c < m, else 0 (compute)
+    return gemm_time_s(c, m, out=c), idx
+
+
 def _term_new(op: AffineOp, name: str, term, *rates):
     """term(op's ``name`` array, *rates) as a new array: computed into the operator's work array
     when that is a new one (AffineOp.work_array), which then is not kept."""
@@ -178,6 +228,8 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
                 e = ends[id(op.x)] = (op.x, _ends(op.x))
             if e[1] is not None:
                 fast = _dominant_term(op, ex, e[1])
+                if fast is None:
+                    fast = _gemm_across_ridge(op, ex, e[1])
         t, idx = fast if fast is not None else _op_time(op, ex, l2_ok)
         cnt = op.count
         # t is _op_time's own new array: scale it in place
