@@ -138,3 +138,108 @@ def test_passes_with_the_shortcuts_equal_the_reference(setup):
         for b in want.by_bound:
             assert _bits_equal(np.broadcast_to(got.by_bound[b], np.shape(want.time_s)),
                                np.broadcast_to(want.by_bound[b], np.shape(want.time_s))), b
+
+
+# ------------------------------------------------ attention with bounded FLOPs per byte (tree drafts)
+
+def _tree_ctx(**kw):
+    import importlib
+    from costmodel.engine.evaluate import _execs, make_ctx
+    rec = parse_record(dict(dict(model="llama-2-7b-32k", hardware="a100-80gb", strategy="tree", draft_model="llama-68m",
+                                 acceptance_rate=0.7, tree_nodes=32, tree_depth=5, gen_len=128, batch_size=1,
+                                 prompt_len=16), **kw))
+    ex, draft = _execs(rec)
+    trm = importlib.import_module("costmodel.engine.strategies.tree")
+    ctx = make_ctx(rec, ex, dict(batch_size=B, prompt_len=P))
+    return trm, ctx, draft, trm.build_tree(ctx)
+
+
+def test_draft_attention_flops_per_byte_bound_by_hand():
+    """llama-68m (12 heads of 64, 12 KV heads, fp16 KV): KV bytes per token and layer 2·12·64·2 = 3,072,
+    attention FLOPs per pair 4·12·64 = 3,072, so the FLOPs-per-byte bound is ρ itself. A draft pass
+    over n_d = 4 tokens per sequence at depth d = 2 with contexts L >= 80 reads at most
+    4·(1 + 2/80) = 4.1 pairs per KV token: bound 4.1 FLOPs per byte, far below an A100's ridge
+    (312e12 · 0.939 / (2.039e12 · 0.88) ≈ 163 FLOP/B)."""
+    from costmodel.engine.ops import PassShape
+    ex = _exec()
+    t = B * 4.0
+    L = P + 64.0                                     # 80 .. 16,064
+    sh = PassShape(tokens=t, pairs=t * (L + 2.0), kv_hbm_tokens=B * L, lm_tokens=t, max_pairs_per_kv_token=4.1)
+    att = [op for op in layer_ops(sh, ex) if op.name == "attention"][0]
+    assert att.max_flops_per_byte == pytest.approx(4.1, rel=1e-15)
+    assert np.all(att.flops / att.hbm_bytes <= 4.1)  # the bound holds element by element
+    got = pc._memory_bound(att, ex, pc._l2_not_slower(ex))
+    want_t, want_i = _ref_op_time(att, ex)
+    assert got is not None and _bits_equal(got[0], want_t) and np.all(want_i == 1) and int(got[1]) == 1
+
+
+def test_memory_bound_declines_what_it_cannot_show():
+    """No bound, a bound at or above the ridge (the compute term could bind), L2 re-reads, link time or
+    dequantisation FLOPs: None (the terms are compared element by element)."""
+    from costmodel.engine.ops import Op
+    ex = _exec()
+    hbm = np.linspace(1e6, 1e9, 4096)
+    ridge = float(ex.matrix_flops_per_s) / float(ex.hbm_bytes_per_s)
+
+    def att(**kw):
+        args = dict(flops=hbm * 2.0, hbm_bytes=hbm, max_flops_per_byte=2.0)
+        args.update(kw)
+        return Op("attention", "attention", 1, **args)
+
+    ok = pc._l2_not_slower(ex)
+    assert pc._memory_bound(att(), ex, ok) is not None
+    assert pc._memory_bound(att(max_flops_per_byte=None), ex, ok) is None
+    assert pc._memory_bound(att(max_flops_per_byte=ridge), ex, ok) is None
+    assert pc._memory_bound(att(l2_bytes=hbm), ex, ok) is None
+    assert pc._memory_bound(att(comm_s=1e-6), ex, ok) is None
+    assert pc._memory_bound(att(dequant_flops=1e6), ex, ok) is None
+    assert pc._memory_bound(att(), ex, False) is None
+
+
+def test_tree_draft_passes_equal_the_reference_pass_by_pass(monkeypatch):
+    """The stacked draft passes of a tree over a sweep chunk (memory-bound attention shown from the
+    bound, work totals summed one pass at a time) equal the reference: each pass priced alone by
+    roofline.reference_pass_cost and added from +0.0 in pass order, time, work and every bound."""
+    from costmodel.engine.roofline import Cost
+    trm, ctx, draft, tr = _tree_ctx()
+    shown = []
+    real = pc._memory_bound
+    monkeypatch.setattr(pc, "_memory_bound", lambda *a: shown.append(real(*a)) or shown[-1])
+    with operator_rows(False):
+        got = trm.draft_levels_cost(ctx, draft, tr, "model")
+    assert len(shown) == 1 and shown[0] is not None         # the shortcut settled the draft's attention
+    Ld = ctx.L
+    want = Cost.zero()
+    for d, n_d in enumerate(trm.draft_pass_tokens(tr)):
+        t = ctx.B * n_d
+        from costmodel.engine.ops import PassShape
+        want = want + reference_pass_cost(PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=ctx.B * Ld,
+                                                    lm_tokens=t), draft)
+    shape = np.shape(want.time_s)
+    for f in ("time_s", "flops", "hbm_bytes"):
+        assert _bits_equal(np.broadcast_to(getattr(got, f), shape), getattr(want, f)), f
+    for b in want.by_bound:
+        assert _bits_equal(np.broadcast_to(got.by_bound[b], shape), np.broadcast_to(want.by_bound[b], shape)), b
+
+
+def test_work_summed_over_passes_equals_the_stacked_sum():
+    """work_summed_over_passes (pass by pass) equals summing the stacked totals over the passes, bit
+    for bit; it declines once the stacked totals were read, and for a pass without the leading axis."""
+    from costmodel.engine.ops import PassShape
+    from costmodel.engine.roofline import Cost
+    from costmodel.fast.arrays import add_all
+    ex = _exec()
+    n = np.array([1.0, 4.0, 9.0, 7.0, 3.0]).reshape(5, 1, 1)
+    d = np.arange(5.0).reshape(5, 1, 1)
+    L = P + 64.0
+    sh = PassShape(tokens=B * n, pairs=B * n * (L + d), kv_hbm_tokens=B * L, lm_tokens=B * n)
+    zero = Cost.zero().time_s
+    with operator_rows(False):
+        cost = pc.pass_cost(sh, ex)
+        fl, hb = pc.work_summed_over_passes(cost, 5, zero)
+        assert pc.work_summed_over_passes(cost, 5, zero) is not None           # nothing read yet
+        want_f = add_all(zero, (cost.flops[i] for i in range(5)))
+        want_h = add_all(zero, (cost.hbm_bytes[i] for i in range(5)))
+        assert _bits_equal(fl, want_f) and _bits_equal(hb, want_h)
+        assert pc.work_summed_over_passes(cost, 5, zero) is None               # totals read: declined
+        assert pc.work_summed_over_passes(pc.pass_cost(sh, ex), 4, zero) is None

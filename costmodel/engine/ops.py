@@ -55,6 +55,9 @@ class Op:
     #: the matrix rate this operator runs at when not the pass's (``Exec.expert_matrix_flops_per_s``:
     #: MoE experts kept in fp16 in an fp8 engine); None = ``Exec.matrix_flops_per_s``
     unit_flops_per_s: object = None
+    #: an upper bound (a float) on flops / hbm_bytes in every element, when the pass's shape gives
+    #: one (attention: :attr:`PassShape.max_pairs_per_kv_token`); None = not known
+    max_flops_per_byte: object = None
 
 
 _LAZY = object()
@@ -130,6 +133,10 @@ class PassShape:
     kv_write_tokens: object = None    # new KV entries written (defaults to tokens)
     seqs: object = None               # sequences whose KV is read (windowed layers read ≤ seqs·window)
     extra_ops: list = field(default_factory=list)
+    #: an upper bound (a float) on pairs / kv_hbm_tokens in every element, kv_hbm_tokens >= 1
+    #: everywhere, when the strategy knows one (a draft pass: n_d·(L + d)/L <= max n_d·(1 + max d / min L));
+    #: it bounds the attention's FLOPs per byte (:func:`_attention_ops`). None = not known
+    max_pairs_per_kv_token: object = None
 
 
 def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None, expert=False) -> Op:
@@ -193,8 +200,26 @@ def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
             l2_tokens = l2_tokens * kv_tok
         if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
             hbm = hbm + 2.0 * 4.0 * ex.heads_per_device * pr
-        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens))
+        ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens,
+                      max_flops_per_byte=_attention_flops_per_byte(shape, ex) if name == "attention" else None))
     return ops
+
+
+def _attention_flops_per_byte(shape: PassShape, ex: Exec):
+    """An upper bound on the global attention's FLOPs per HBM byte from the shape's bound ρ on pairs
+    per KV token read (:attr:`PassShape.max_pairs_per_kv_token`): FLOPs 4·heads·head_dim·pairs <=
+    4·heads·head_dim·ρ·read, bytes >= read·(KV bytes per token) (the writes, q/o traffic, GQA
+    re-reads and unfused scores only add), so FLOPs/byte <= 4·heads·head_dim·ρ / KV bytes per
+    token. None without ρ, for MLA (its FLOPs are not per pair alone) and for per-element
+    (stacked) head counts."""
+    rho = shape.max_pairs_per_kv_token
+    m = ex.model
+    if rho is None or m.mla is not None:
+        return None
+    h, kv_tok = ex.heads_per_device, ex.kv_bytes_per_token_layer
+    if np.ndim(h) or np.ndim(kv_tok) or np.ndim(rho) or not float(kv_tok) > 0.0:
+        return None
+    return 4.0 * float(h) * m.head_dim * float(rho) / float(kv_tok)
 
 
 def _routed_experts_op(ex: Exec, t_stage) -> Op:

@@ -132,6 +132,29 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     return t, np.intp(k)
 
 
+def _memory_bound(op, ex: Exec, l2_not_slower: bool):
+    """(seconds, bound index 1) of an operator whose FLOPs per byte are bounded
+    (:attr:`costmodel.engine.ops.Op.max_flops_per_byte` = r) below the device's ridge: with
+    r·(HBM rate)·(1 + margin) < its unit's FLOP rate, the compute term FLOPs/rate <= r·bytes/rate is
+    below the memory term bytes/(HBM rate) by that margin in every element (far above the few ulps
+    of rounding in either), so the memory term is the maximum and 1 the first argmax; the l2 term
+    is not above it (no L2 re-reads, L2 not slower) and the interconnect term is +0.0. The compute
+    term is then never computed. None when that cannot be shown (dequantisation FLOPs, L2 or link
+    traffic, array rates)."""
+    r, l2, cm, dq = op.max_flops_per_byte, op.l2_bytes, op.comm_s, op.dequant_flops
+    if type(r) is not float or not (0.0 <= r < math.inf) or not l2_not_slower:
+        return None
+    for v in (l2, cm, dq):
+        if np.ndim(v) or float(v) != 0.0 or math.copysign(1.0, float(v)) < 0.0:
+            return None
+    peak, bw = unit_flops_per_s(op, ex), ex.hbm_bytes_per_s
+    if np.ndim(peak) or np.ndim(bw) or not (0.0 < float(bw) < math.inf and float(peak) < math.inf) or \
+            not r * float(bw) * (1.0 + _DOMINANCE_MARGIN) < float(peak):
+        return None
+    t = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
+    return (t, np.intp(1)) if type(t) is np.ndarray and t.ndim else None
+
+
 #: a GEMM's terms at the low end of its range at least this (seconds), at the high end at most
 #: 1/this: their squares neither underflow nor overflow (see _gemm_across_ridge)
 _SQUARE_SAFE_S = 1e-100
@@ -230,6 +253,8 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
                 fast = _dominant_term(op, ex, e[1])
                 if fast is None:
                     fast = _gemm_across_ridge(op, ex, e[1])
+        elif op.max_flops_per_byte is not None:
+            fast = _memory_bound(op, ex, l2_ok)
         t, idx = fast if fast is not None else _op_time(op, ex, l2_ok)
         cnt = op.count
         # t is _op_time's own new array: scale it in place
@@ -288,16 +313,49 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     by = {b: bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
     by["launch"] = bcast(launch, shp)
     by = {b: by[b] for b in BOUNDS}
-    return DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.stage_devices, shp))
+    cost = DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.stage_devices, shp))
+    cost.__dict__["_pass_work"] = (work, ex.stage_devices, shp)      # for work_summed_over_passes
+    return cost
 
 
-def _work_totals(work, tp, shp):
+def work_summed_over_passes(cost: Cost, n: int, zero):
+    """(flops, hbm_bytes) of a :func:`pass_cost` priced over arrays whose leading axis stacks ``n``
+    passes, summed over that axis from ``zero``: ((zero + w_0) + w_1) + … + w_{n−1}, w_d pass d's
+    totals: :func:`_work_totals` over the operators' slices d (the same operations, element for
+    element, as over the stacked arrays), one pass at a time, so that the temporaries are one pass's
+    size rather than n passes'. None when ``cost`` is not such a pass (its time lacks that axis) or
+    its totals were read already."""
+    pw = cost.__dict__.get("_pass_work")
+    if pw is None or "_work" not in cost.__dict__ or len(pw[2]) < 1 or pw[2][0] != n:
+        return None
+    work, tp, shp = pw
+    flops = hbm = None
+    f_own = h_own = False
+    for d in range(n):
+        f, h = _work_totals(work, tp, shp[1:], d)           # new arrays (times_broadcast's)
+        flops, f_own = add_into(zero if flops is None else flops, f_own, f, x_owned=True)
+        hbm, h_own = add_into(zero if hbm is None else hbm, h_own, h, x_owned=True)
+    return flops, hbm
+
+
+def _pass_slice(a: np.ndarray, d: int, ndim: int) -> np.ndarray:
+    """Pass d's part of an operator's array over stacked passes (leading axis beyond ``ndim`` dims;
+    an array without it, or of length 1 along it, is every pass's)."""
+    if a.ndim <= ndim:
+        return a
+    return a[d] if a.shape[0] != 1 else a[0]
+
+
+def _work_totals(work, tp, shp, index=None):
     """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times the
-    devices of a stage ``tp`` (Exec.stage_devices)."""
+    devices of a stage ``tp`` (Exec.stage_devices). With ``index`` d: the d-th of passes stacked
+    along the operators' leading axis (:func:`_pass_slice`), ``shp`` one pass's shape."""
     flops = hbm = 0.0
     f_own = h_own = False
     for op in work:
         f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
+        if index is not None:
+            f, h = _pass_slice(f, index, len(shp)), _pass_slice(h, index, len(shp))
         flops, f_own = add_into(flops, f_own, f * cnt, x_owned=True)       # f·cnt: a new array
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum

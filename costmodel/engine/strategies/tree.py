@@ -35,7 +35,7 @@ from costmodel.engine.ops import Op, PassShape, gemm
 from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import RECORD_OPS, Cost, DeferredWork
 from costmodel.fast.arrays import add_all
-from costmodel.engine.pass_cost import pass_cost
+from costmodel.engine.pass_cost import pass_cost, work_summed_over_passes
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
     validate_parents
 from costmodel.engine.kv_reads import l2_hit_fraction
@@ -270,6 +270,7 @@ def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
     pass and the sums run pass by pass as for one tree (a pass past a tree's depth adds +0.0: no change)."""
     B = ctx.B
     Ld = ctx.L if ctx.draft_kv_budget is None else np.minimum(ctx.L, ctx.draft_kv_budget)
+    b_min, ld_min = float(np.min(B)), float(np.min(Ld))      # NaN propagates: no bound below
 
     def one_pass(n_d, d, first):
         t = B * n_d
@@ -279,7 +280,10 @@ def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
         elif kind == "eagle3":      # the fc over the features of the root pass's input tokens
             from costmodel.engine.strategies.heads import eagle3_ops
             extra = eagle3_ops(d_ex, t, t if first else 0.0)
-        return PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t, extra_ops=extra)
+        # pairs per KV token read: B·n_d·(L_d + d) / (B·L_d) = n_d·(1 + d/L_d) <= max n_d·(1 + max d / min L_d)
+        rho = float(np.max(n_d)) * (1.0 + float(np.max(d)) / ld_min) if b_min >= 1.0 and ld_min >= 1.0 else None
+        return PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t, extra_ops=extra,
+                         max_pairs_per_kv_token=rho)
 
     passes = draft_pass_tokens(tr)
     if not isinstance(tr, TreeTable):
@@ -333,8 +337,11 @@ def _stacked_levels_cost(one_pass, passes, ndim: int, d_ex) -> Cost:
             a = np.broadcast_to(a, shape[:1] + np.broadcast_shapes(a.shape, shape[1:]))
         return add_all(zero, (a[d] for d in range(len(passes))))
 
-    return DeferredWork(summed(flat.time_s), lambda: {b: summed(v) for b, v in flat.by_bound.items()}, [],
-                        lambda: (summed(flat.flops), summed(flat.hbm_bytes)))
+    def work():
+        w = work_summed_over_passes(flat, len(passes), zero)
+        return w if w is not None else (summed(flat.flops), summed(flat.hbm_bytes))
+
+    return DeferredWork(summed(flat.time_s), lambda: {b: summed(v) for b, v in flat.by_bound.items()}, [], work)
 
 
 def tree_step(ctx: Ctx, draft, tr):
