@@ -1,6 +1,7 @@
 """Every sweep goal as a ratio against llm-analysis measured in the same run (best of N).
 
     python benchmarks/bench_goals.py [--rows 1000000] [--repeat 3] [--big-rows 10000000]
+                                     [--only tree,speculative,two_workers,capacity,tree_search]
 
 Rows of the table (each figure is costmodel's speed over llm-analysis' ``LLMAnalysis.inference``
 per configuration, measured here, see bench_sweep.llm_analysis_bench; noisy on a shared machine,
@@ -16,6 +17,10 @@ so best of ``--repeat``):
 * ``tree_shape=optimal_for_hardware``: milliseconds per evaluate() (goal < 10 ms);
 * with ``--big-rows``: the CLI writing that many rows to Parquet, its wall time and peak RSS
   (goal < 1 GB), as a child process.
+
+``--only`` runs a subset of the rows (comma-separated: the 1 M-row setups by name, ``two_workers``
+for the speculative sweep with two workers, ``capacity``, ``tree_search``); llm-analysis is timed
+in every run.
 """
 
 from __future__ import annotations
@@ -64,7 +69,13 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peer-configs", type=int, default=3000)
     ap.add_argument("--big-rows", type=int, default=0, help="also time the CLI writing this many rows to Parquet")
+    rows_named = (*SETUPS, "two_workers", "capacity", "tree_search")
+    ap.add_argument("--only", default=",".join(rows_named),
+                    help="comma-separated rows to run: " + ", ".join(rows_named) + " (default: all)")
     args = ap.parse_args(argv)
+    only = set(args.only.split(","))
+    if not only <= set(rows_named):
+        ap.error(f"--only: unknown row(s) {', '.join(sorted(only - set(rows_named)))}")
     from costmodel import evaluate, sweep
 
     peer, why = llm_analysis_bench(args.peer_configs)
@@ -87,22 +98,26 @@ def main(argv=None):
     for v in axes.values():
         n *= len(v)
     for name, setup in SETUPS.items():
+        if name not in only and not (name == "speculative" and "two_workers" in only):
+            continue
         t = best_time(lambda: sweep(setup, workers=1, **axes), args.repeat)
         rows.append((f"{n:,}-row sweep, {name}, 1 worker", f"{n / t:,.0f} rows/s", ratio(n / t), ">= 1000x"))
-        if name == "speculative":
+        if name == "speculative" and "two_workers" in only:
             t2 = best_time(lambda: sweep(setup, workers=2, **axes), args.repeat)
             rows.append((f"{n:,}-row sweep, {name}, 2 workers", f"{n / t2:,.0f} rows/s ({t / t2:.2f}x one worker)",
                          ratio(n / t2), ">= 1.6x one worker"))
-    ncap = 1
-    for v in CAPACITY.values():
-        ncap *= len(v)
-    base = dict(draft_model="llama-68m", acceptance_rate=0.7, gamma=4)
-    t = best_time(lambda: sweep(base, workers=1, on_invalid="mark", **CAPACITY), max(1, args.repeat - 1))
-    rows.append((f"capacity grid, {ncap:,} rows, 1 worker", f"{ncap / t:,.0f} rows/s ({t * 1e6 / ncap:.0f} µs/row)",
-                 ratio(ncap / t), ">= 300x"))
-    t = best_time(lambda: evaluate(TREE_SEARCH), 5 * args.repeat)
-    rows.append(("tree_shape=optimal_for_hardware, 32 nodes", f"{t * 1e3:.2f} ms per evaluate()",
-                 ratio(1.0 / t), "< 10 ms"))
+    if "capacity" in only:
+        ncap = 1
+        for v in CAPACITY.values():
+            ncap *= len(v)
+        base = dict(draft_model="llama-68m", acceptance_rate=0.7, gamma=4)
+        t = best_time(lambda: sweep(base, workers=1, on_invalid="mark", **CAPACITY), max(1, args.repeat - 1))
+        rows.append((f"capacity grid, {ncap:,} rows, 1 worker",
+                     f"{ncap / t:,.0f} rows/s ({t * 1e6 / ncap:.0f} µs/row)", ratio(ncap / t), ">= 300x"))
+    if "tree_search" in only:
+        t = best_time(lambda: evaluate(TREE_SEARCH), 5 * args.repeat)
+        rows.append(("tree_shape=optimal_for_hardware, 32 nodes", f"{t * 1e3:.2f} ms per evaluate()",
+                     ratio(1.0 / t), "< 10 ms"))
     if args.big_rows:
         side = int(args.big_rows ** 0.5)
         out = "bench_big.parquet"

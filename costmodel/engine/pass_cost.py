@@ -321,18 +321,28 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
 def work_summed_over_passes(cost: Cost, n: int, zero):
     """(flops, hbm_bytes) of a :func:`pass_cost` priced over arrays whose leading axis stacks ``n``
     passes, summed over that axis from ``zero``: ((zero + w_0) + w_1) + … + w_{n−1}, w_d pass d's
-    totals: :func:`_work_totals` over the operators' slices d (the same operations, element for
-    element, as over the stacked arrays), one pass at a time, so that the temporaries are one pass's
-    size rather than n passes'. None when ``cost`` is not such a pass (its time lacks that axis) or
-    its totals were read already."""
+    totals (:func:`_work_totals`), with the same operations, element for element, as over the
+    stacked arrays: the leading operators whose arrays are small (at most an eighth of the pass's
+    size: those before attention, which :func:`summation_order` puts last) summed over the stack at
+    once, the rest on each pass's slices, so that the temporaries are one pass's size rather than
+    n passes'. None when ``cost`` is not such a pass (its time lacks that axis) or its totals were
+    read already."""
     pw = cost.__dict__.get("_pass_work")
     if pw is None or "_work" not in cost.__dict__ or len(pw[2]) < 1 or pw[2][0] != n:
         return None
     work, tp, shp = pw
+    full = int(np.prod(shp))
+    k = 0
+    while k < len(work) and 8 * max(np.size(work[k].flops), np.size(work[k].hbm_bytes)) <= full:
+        k += 1
+    head = _work_sum(work[:k], (0.0, False, 0.0, False))
     flops = hbm = None
     f_own = h_own = False
     for d in range(n):
-        f, h = _work_totals(work, tp, shp[1:], d)           # new arrays (times_broadcast's)
+        fa, _, ha, _ = head
+        f, fo, h, ho = _work_sum(work[k:], (_pass_slice(np.asarray(fa), d, len(shp) - 1), False,
+                                            _pass_slice(np.asarray(ha), d, len(shp) - 1), False), d, len(shp) - 1)
+        f, h = times_broadcast(f, fo, tp, shp[1:]), times_broadcast(h, ho, tp, shp[1:])     # new arrays
         flops, f_own = add_into(zero if flops is None else flops, f_own, f, x_owned=True)
         hbm, h_own = add_into(zero if hbm is None else hbm, h_own, h, x_owned=True)
     return flops, hbm
@@ -346,21 +356,27 @@ def _pass_slice(a: np.ndarray, d: int, ndim: int) -> np.ndarray:
     return a[d] if a.shape[0] != 1 else a[0]
 
 
-def _work_totals(work, tp, shp, index=None):
+def _work_totals(work, tp, shp):
     """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times the
-    devices of a stage ``tp`` (Exec.stage_devices). With ``index`` d: the d-th of passes stacked
-    along the operators' leading axis (:func:`_pass_slice`), ``shp`` one pass's shape."""
-    flops = hbm = 0.0
-    f_own = h_own = False
-    for op in work:
+    devices of a stage ``tp`` (Exec.stage_devices)."""
+    flops, f_own, hbm, h_own = _work_sum(work, (0.0, False, 0.0, False))
+    return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
+
+
+def _work_sum(ops, start, index=None, ndim=0):
+    """(flops, whether ours, hbm_bytes, whether ours): ``start``'s sums plus Σ flops·count and
+    Σ bytes·count over ``ops`` in order; with ``index`` d each operator's pass-d slice
+    (:func:`_pass_slice`, ``ndim`` one pass's dimensions)."""
+    flops, f_own, hbm, h_own = start
+    for op in ops:
         f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
         if index is not None:
-            f, h = _pass_slice(f, index, len(shp)), _pass_slice(h, index, len(shp))
+            f, h = _pass_slice(f, index, ndim), _pass_slice(h, index, ndim)
         flops, f_own = add_into(flops, f_own, f * cnt, x_owned=True)       # f·cnt: a new array
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
         hbm, h_own = add_into(hbm, h_own, h * cnt, x_owned=True)
-    return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
+    return flops, f_own, hbm, h_own
 
 
 def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:
