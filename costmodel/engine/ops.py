@@ -134,9 +134,23 @@ class PassShape:
     seqs: object = None               # sequences whose KV is read (windowed layers read ≤ seqs·window)
     extra_ops: list = field(default_factory=list)
     #: an upper bound (a float) on pairs / kv_hbm_tokens in every element, kv_hbm_tokens >= 1
-    #: everywhere, when the strategy knows one (a draft pass: n_d·(L + d)/L <= max n_d·(1 + max d / min L));
-    #: it bounds the attention's FLOPs per byte (:func:`_attention_ops`). None = not known
+    #: everywhere, when the strategy knows one (:func:`pairs_per_kv_token_bound`); it bounds the
+    #: attention's FLOPs per byte (:func:`_attention_ops`). None = not known
     max_pairs_per_kv_token: object = None
+
+
+def pairs_per_kv_token_bound(B, L, lead, tail):
+    """A bound for :attr:`PassShape.max_pairs_per_kv_token` of a pass whose B sequences each read
+    their L cached tokens once and compute lead·L + tail attention pairs: pairs / KV tokens read =
+    lead + tail/L <= max lead + max tail / min L (max tail >= 0). None for one configuration (its
+    scalar pass compares the terms itself), or unless B >= 1 and L >= 1 everywhere (NaN fails)."""
+    if not (np.ndim(B) or np.ndim(L)):
+        return None
+    b_min, l_min, tail_max = float(np.min(B)), float(np.min(L)), float(np.max(tail))
+    if not (b_min >= 1.0 and l_min >= 1.0 and tail_max >= 0.0):
+        return None
+    rho = float(np.max(lead)) + tail_max / l_min
+    return rho if 0.0 <= rho < np.inf else None
 
 
 def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None, expert=False) -> Op:

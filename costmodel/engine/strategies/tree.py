@@ -31,7 +31,7 @@ from costmodel.engine import acceptance, memory
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
 from costmodel.engine.execution import Exec
-from costmodel.engine.ops import Op, PassShape, gemm
+from costmodel.engine.ops import Op, PassShape, gemm, pairs_per_kv_token_bound
 from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import RECORD_OPS, Cost, DeferredWork
 from costmodel.fast.arrays import add_all
@@ -176,10 +176,11 @@ def verify_shape(ctx: Ctx, tr, kernel: str, extra_ops) -> PassShape:
                          lm_tokens=B * tr.path_tokens, attn_kernels=n_br, kv_write_tokens=B * tr.path_tokens,
                          extra_ops=extra_ops)
     if kernel == "dense_masked":
-        pairs = B * q * (L + q)
+        pairs, tail = B * q * (L + q), q * q
     else:
-        pairs = B * (q * L + tr.ancestor_pairs)
-    return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops)
+        pairs, tail = B * (q * L + tr.ancestor_pairs), tr.ancestor_pairs
+    return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops,
+                     max_pairs_per_kv_token=pairs_per_kv_token_bound(B, L, q, tail))
 
 
 def alpha_for_tree_tau(tr: Tree, tau, iterations: int = 60) -> np.ndarray:
@@ -270,7 +271,6 @@ def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
     pass and the sums run pass by pass as for one tree (a pass past a tree's depth adds +0.0: no change)."""
     B = ctx.B
     Ld = ctx.L if ctx.draft_kv_budget is None else np.minimum(ctx.L, ctx.draft_kv_budget)
-    b_min, ld_min = float(np.min(B)), float(np.min(Ld))      # NaN propagates: no bound below
 
     def one_pass(n_d, d, first):
         t = B * n_d
@@ -280,10 +280,8 @@ def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
         elif kind == "eagle3":      # the fc over the features of the root pass's input tokens
             from costmodel.engine.strategies.heads import eagle3_ops
             extra = eagle3_ops(d_ex, t, t if first else 0.0)
-        # pairs per KV token read: B·n_d·(L_d + d) / (B·L_d) = n_d·(1 + d/L_d) <= max n_d·(1 + max d / min L_d)
-        rho = float(np.max(n_d)) * (1.0 + float(np.max(d)) / ld_min) if b_min >= 1.0 and ld_min >= 1.0 else None
         return PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t, extra_ops=extra,
-                         max_pairs_per_kv_token=rho)
+                         max_pairs_per_kv_token=pairs_per_kv_token_bound(B, Ld, n_d, n_d * d))
 
     passes = draft_pass_tokens(tr)
     if not isinstance(tr, TreeTable):
