@@ -102,3 +102,38 @@ def test_v0_versions_do_not_take_the_v1_per_rank_figure():
     for v in ("vllm@0.5", "vllm@0.6"):
         rt = load_runtime(v)
         assert rt.step_overhead_per_rank_s == 0.0 and rt.step_host_s(4) == rt.step_overhead_s
+
+
+def test_v0_versions_set_their_own_step_overhead():
+    """The fitted step_overhead_s stands for what the V1 engine leaves on the critical path; the V0
+    entries' host work is their sourced host_step_s + host_per_seq_s, so a fitted profile with
+    step_overhead_s = 5 ms keeps 5 ms for the bare id and gives 0 under vllm@0.5 and vllm@0.6: a
+    4-GPU V0 step waits 0 + 0 × 3 = 0 s of profile host work beside its version's."""
+    import dataclasses
+
+    from costmodel.inputs.runtime import with_version
+    fitted = dataclasses.replace(load_runtime("vllm"), step_overhead_s=5.0e-3)
+    assert with_version(fitted, "vllm").step_overhead_s == 5.0e-3
+    for v in ("vllm@0.5", "vllm@0.6"):
+        rt = with_version(fitted, v)
+        assert rt.step_overhead_s == 0.0 and rt.step_host_s(4) == 0.0
+        assert rt.host_step_s > 0 and rt.host_per_seq_s > 0
+
+
+def test_v0_rows_cannot_teach_the_v1_step_overhead():
+    """Calibration: over V0 rows alone, moving step_overhead_s over its whole range moves no
+    prediction (the versions replace it), so the fit keeps it out (``identifiable``) and a fold
+    whose only vLLM rows are V0 rows keeps the prior instead of learning V1's host work from them."""
+    from costmodel.calibration import calibrate
+    from costmodel.calibration.validate import parse_measurement
+    rows = [parse_measurement({"id": f"v{i}", "metric": "e2e_latency_s", "value": 14.6, "model": "llama-2-70b",
+                               "hardware": "a100-80gb", "n_devices": 4, "runtime": rt, "batch_size": 64,
+                               "prompt_len": 256, "gen_len": 256})
+            for i, rt in enumerate(("vllm@0.5", "vllm@0.6"))]
+    seen = calibrate.identifiable("vllm", rows, ("bandwidth_efficiency", "step_overhead_s"))
+    assert seen == ("bandwidth_efficiency",)
+    bare = [parse_measurement({"id": "v", "metric": "e2e_latency_s", "value": 14.6, "model": "llama-2-70b",
+                               "hardware": "a100-80gb", "n_devices": 4, "runtime": "vllm", "batch_size": 64,
+                               "prompt_len": 256, "gen_len": 256})]
+    assert calibrate.identifiable("vllm", bare, ("bandwidth_efficiency", "step_overhead_s")) == (
+        "bandwidth_efficiency", "step_overhead_s")

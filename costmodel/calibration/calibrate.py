@@ -43,7 +43,10 @@ What the fitted parameters stand for (see validation/REPORT.md for values):
   runs one worker process per device above one (the multiprocess executor): every step's schedule is
   handed to each rank, each prepares its own inputs and samples, and the step waits for the last
   (the V0 entries, ``vllm@0.5``/``0.6``, set their own figure: 0, none is published). Without it the fit learns one constant from
-  the 8-GPU MI300X rows (32 of vLLM's calibration rows) and charges it to one-GPU engines too.
+  the 8-GPU MI300X rows (32 of vLLM's calibration rows) and charges it to one-GPU engines too. The V0
+  entries set their own ``step_overhead_s`` too (0: their host work is the sourced ``host_step_s`` and
+  ``host_per_seq_s``), so V0 rows calibrate only the bandwidth and never teach V1 a step overhead
+  (they did when the MI300X publication was held out: 7 ms from four 2023 rows).
 * llama.cpp ``sm_bandwidth_bytes_per_s``: what one SM's share of ggml's GEMV kernels streams (its
   bytes in flight over the DRAM latency, Little's law; the latency is taken as the same on every GPU,
   so the cap scales with ``sm_count``). It is why llama.cpp reaches ~1.0 TB/s on both the A100 and

@@ -183,7 +183,8 @@ KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONA
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
 VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
-                "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer", "step_overhead_per_rank_s")
+                "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer",
+                "step_overhead_s", "step_overhead_per_rank_s")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -323,7 +324,8 @@ def _version_entry(f: Fields, version: str | None):
     e = Fields(versions[want], f.source, prefix=f"versions.{want}")
     e.check_keys(VERSION_KEYS)
     vals, sources = {}, [(f"version {want}", e.text("source"))]
-    for k, hi in (("host_step_s", 1.0), ("host_per_seq_s", 0.1), ("step_overhead_per_rank_s", 0.1)):
+    for k, hi in (("host_step_s", 1.0), ("host_per_seq_s", 0.1), ("step_overhead_per_rank_s", 0.1),
+                  ("step_overhead_s", MAX_VALUE["step_overhead_s"])):
         s = e.sub(k, required=False)
         if s is not None:
             s.check_keys(("value", "source"))
