@@ -269,7 +269,7 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
                 acc[i], own[i] = add_into(acc[i], own[i], tc, x_owned=tc is t and not record)
                 continue
             mask = idx == i
-            if not mask.any():
+            if lo < i < hi and not mask.any():     # the smallest and largest index occur
                 continue
             # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
             a = acc[i]
