@@ -243,3 +243,28 @@ def test_work_summed_over_passes_equals_the_stacked_sum():
         assert _bits_equal(fl, want_f) and _bits_equal(hb, want_h)
         assert pc.work_summed_over_passes(cost, 5, zero) is None               # totals read: declined
         assert pc.work_summed_over_passes(pc.pass_cost(sh, ex), 4, zero) is None
+
+
+def test_pairs_per_kv_token_bound_by_hand():
+    """ρ = max lead + max tail / min L for pairs = B·(lead·L + tail) over B·L KV tokens read:
+    a decode of 1 token at L >= 80: 1 + 1/80 = 1.0125; a tree verification of q = 33 tokens
+    (dense mask: tail q² = 1,089) at L >= 80: 33 + 1,089/80 = 46.6125; a draft pass over
+    n = (1, 4, 9) tokens at depths d = (0, 1, 2), tail n·d = (0, 4, 18): 9 + 18/80 = 9.225. None for a
+    single configuration, a batch below 1, a context below 1 or a NaN."""
+    from costmodel.engine.ops import pairs_per_kv_token_bound as bound
+    from costmodel.engine.strategies.common import decode_shape
+    L = P + 64.0                                     # 80 .. 16,064
+    assert bound(B, L, 1.0, 1.0) == pytest.approx(1.0125, rel=1e-15)
+    assert decode_shape(B, 1.0, L).max_pairs_per_kv_token == pytest.approx(1.0125, rel=1e-15)
+    assert bound(B, L, 33.0, 33.0 * 33.0) == pytest.approx(46.6125, rel=1e-15)
+    n, d = np.array([1.0, 4.0, 9.0]).reshape(3, 1, 1), np.arange(3.0).reshape(3, 1, 1)
+    assert bound(B, L, n, n * d) == pytest.approx(9.225, rel=1e-15)
+    assert bound(4.0, 80.0, 1.0, 1.0) is None
+    assert bound(B - 0.5, L, 1.0, 1.0) is None
+    assert bound(B, L - 79.5, 1.0, 1.0) is None
+    nan = L.copy()
+    nan[0, 3] = np.nan
+    assert bound(B, nan, 1.0, 1.0) is None
+    # the bound holds element by element for the decode shape it describes
+    sh = decode_shape(B, 3.0, L)
+    assert np.all(sh.pairs / sh.kv_hbm_tokens <= sh.max_pairs_per_kv_token)
