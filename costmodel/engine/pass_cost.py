@@ -6,10 +6,15 @@ the same floating-point operations in the same order (so results are bit-identic
 array passes: a scalar path in Python floats for single configurations, in-place accumulation,
 skipped +0.0 contributions and max/argmax without stacking for arrays; an affine operator
 (:class:`costmodel.engine.ops.AffineOp`, a GEMM or an elementwise kernel) whose binding term wins by a
-margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`); a small
-term that nowhere exceeds the running maximum is skipped after two reductions; a pass whose host
-time is below its device time everywhere skips the zero wait. Any NaN, negative or -0.0 term
-falls back to the plain numpy path. tests/test_sweep.py checks it against the reference.
+margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`), a GEMM
+whose binding term changes inside the range gets √(c² + m²) without comparing the terms
+(:func:`_gemm_across_ridge`), and an operator whose FLOPs per byte are bounded below the ridge
+(attention, from its pass's pairs per KV token) gets its memory term alone (:func:`_memory_bound`);
+a small term that nowhere exceeds the running maximum is skipped after two reductions; a pass
+whose host time is below its device time everywhere skips the zero wait; the work totals of
+passes stacked along a leading axis are summed one pass at a time
+(:func:`work_summed_over_passes`). Any NaN, negative or -0.0 term falls back to the plain numpy
+path. tests/test_sweep.py and tests/test_pass_shortcuts.py check it against the reference.
 """
 
 from __future__ import annotations
