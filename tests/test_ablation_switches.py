@@ -57,3 +57,20 @@ def test_unfused_tree_attention_switch_clears_the_eager_kernel_count():
         assert c.prior_runtime("eager").tree_attention_kernels_per_layer is None
     finally:
         restore()
+
+
+def test_fp16_attention_switch_gives_every_profile_fp8_attention():
+    """Off: the base profiles (prior_runtime) and the rows' versioned profiles (the record rewrite,
+    which hands the row's version over whole) both run an fp8 engine's attention in fp8."""
+    from costmodel.inputs.runtime import with_version
+    name = "fp8 engines' attention in fp16 (TensorRT-LLM <= 0.9)"
+    assert not c.prior_runtime("trt-llm@0.9").fp8_context_fmha                 # shipped: fp16 kernels
+    patch = c.ABLATIONS[name]()
+    restore = _with(patch)
+    try:
+        assert c.prior_runtime("trt-llm@0.9").fp8_context_fmha
+    finally:
+        restore()
+    given = patch["records"](SimpleNamespace(runtime="trt-llm@0.9"))["runtime"]
+    assert with_version(c.prior_runtime("trt-llm"), given).fp8_context_fmha
+    assert patch["records"](SimpleNamespace(runtime="trt-llm")) == {}

@@ -144,7 +144,7 @@ def test_weight_only_int4_gemm_pays_dequantisation_on_the_vector_units():
     """Llama-2-7B FFN (3·4096·11008 = 135 266 304 weights per layer) in int4 under TensorRT-LLM
     (4 vector FLOPs per weight, runtimes/trt-llm.yaml) on an A100-80GB (19.5 TFLOP/s fp32, runtime
     compute efficiency 1.0): 541 065 216 dequantisation FLOPs per layer = 27.747 µs, on top of the
-    matrix term 2·135 266 304 / (312e12·0.939) = 0.9234 µs at one token. fp16 weights: none."""
+    matrix term 2·135 266 304 / (312e12·0.84) = 1.03225 µs at one token. fp16 weights: none."""
     from costmodel.inputs.hardware import load_hardware
     from costmodel.inputs.model import load_model
     from costmodel.engine.execution import Exec
@@ -157,10 +157,10 @@ def test_weight_only_int4_gemm_pays_dequantisation_on_the_vector_units():
     ffn = {op.name: op for op in layer_ops(shape, Exec(m, hw, rt, weight_dtype="int4"))}["ffn"]
     assert float(ffn.dequant_flops) == 541_065_216.0
     compute = float(op_terms(ffn, Exec(m, hw, rt, weight_dtype="int4"))[0])
-    assert compute == pytest.approx(27.747e-6 + 0.9234e-6, rel=1e-4)
+    assert compute == pytest.approx(27.747e-6 + 1.03225e-6, rel=1e-4)
     fp16 = {op.name: op for op in layer_ops(shape, Exec(m, hw, rt, weight_dtype="fp16"))}["ffn"]
     assert fp16.dequant_flops == 0.0
-    assert float(op_terms(fp16, Exec(m, hw, rt, weight_dtype="fp16"))[0]) == pytest.approx(0.9234e-6, rel=1e-4)
+    assert float(op_terms(fp16, Exec(m, hw, rt, weight_dtype="fp16"))[0]) == pytest.approx(1.03225e-6, rel=1e-4)
 
 
 # ------------------------------------------------- per-SM bandwidth cap (Runtime.sm_bandwidth_bytes_per_s)

@@ -72,6 +72,7 @@ from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.inputs.model import load_model
+from costmodel.engine.pass_memo import shared_passes
 from costmodel.engine.roofline import operator_rows
 from costmodel.inputs.fields import FIELD_NAMES
 from costmodel.inputs.dtypes import WeightDtypes
@@ -138,8 +139,9 @@ def _rows(b: Block, axes: dict, names: list):
         yield tuple(where), row
 
 
-def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
-    """(grid index, rows, arrays, record) of each evaluate_arrays call of a block."""
+def _pieces(b: Block, axes: dict, names: list, chunk_rows: int, made: dict | None = None):
+    """(grid index, rows, arrays, record) of each evaluate_arrays call of a block (``made``: see
+    :func:`_piece_record`)."""
     if b.rowwise:
         for where, row in _rows(b, axes, names):
             yield where, 1, None, row
@@ -166,12 +168,14 @@ def _pieces(b: Block, axes: dict, names: list, chunk_rows: int):
             where = list(base_where)
             for n, s in sl.items():
                 where[names.index(n)] = positions(b.members[n][s]) if n in b.members else s
-            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), _piece_record(b, sl)
+            yield tuple(where), (stop - start) * trailing, arrays_for(b, axes, sl), _piece_record(b, sl, made)
 
 
-def _piece_record(b: Block, sl: dict):
+def _piece_record(b: Block, sl: dict, made: dict | None = None):
     """The block's record; with stacked devices, its ``hardware`` the piece's HardwareStack and its
-    ``n_devices`` an array of the piece's device counts."""
+    ``n_devices`` an array of the piece's device counts. ``made``: the HardwareStack and WeightDtypes
+    built so far in this grid, by members and shape, so that pieces of different blocks over the same
+    members hold the same object (they hash by identity: engine.pass_memo's keys)."""
     if not b.members:
         return b.rec
     changes = {}
@@ -180,11 +184,20 @@ def _piece_record(b: Block, sl: dict):
             chosen = values[sl.get(name, slice(None))]
             shape = [1] * len(b.vec)
             shape[b.vec.index(name)] = len(chosen)
-            if name == "weight_dtype":
-                changes[name] = chosen[0] if len(chosen) == 1 else WeightDtypes(tuple(chosen), tuple(shape))
+            if name == "n_devices":
+                changes[name] = np.asarray(chosen, dtype=np.int64).reshape(shape)
+            elif name == "weight_dtype" and len(chosen) == 1:
+                changes[name] = chosen[0]
             else:
-                changes[name] = (stack_hardware(chosen, shape) if name == "hardware"
-                                 else np.asarray(chosen, dtype=np.int64).reshape(shape))
+                # devices by identity (not hashable): the blocks' loaded devices, alive with ``made``
+                key = (name, tuple(chosen) if name == "weight_dtype" else tuple(map(id, chosen)), tuple(shape))
+                got = None if made is None else made.get(key)
+                if got is None:
+                    got = WeightDtypes(tuple(chosen), tuple(shape)) if name == "weight_dtype" else \
+                        stack_hardware(chosen, shape)
+                    if made is not None:
+                        made[key] = got
+                changes[name] = got
     return dataclasses.replace(b.rec, **changes)
 
 
@@ -197,7 +210,8 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
     done = 0
     bad = invalid.mask
     strict = on_invalid == "error"
-    tasks = ((b, piece) for b in blocks if b.invalid is None for piece in _pieces(b, axes, names, chunk_rows)
+    made: dict = {}
+    tasks = ((b, piece) for b in blocks if b.invalid is None for piece in _pieces(b, axes, names, chunk_rows, made)
              if bad is None or not (b.rowwise and bad[piece[0]]))
     done += sum(math.prod(len(axes[n].values) for n in names if n not in b.index)
                 for b in blocks if b.invalid is not None)
@@ -453,7 +467,7 @@ def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers
                  on_invalid: str = "error"):
     import pandas as pd
 
-    with _gc_paused():
+    with _gc_paused(), shared_passes():          # neighbouring blocks share equal passes (engine.pass_memo)
         names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
     data = {n: contiguous(axis_cols[n]).reshape(-1) for n in names}
     for k, a in cols.cols.items():

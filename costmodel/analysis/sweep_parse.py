@@ -16,11 +16,12 @@ from costmodel.inputs.record import Record, parse_record
 #: labels already written (text and int values only), at most 4096: a plan asks for a group's label
 #: once per block and per refused device
 _LABELS: dict = {}
+_LABEL_TYPES = {str, int}
 
 
 def _label(pairs) -> str:
     pairs = tuple(pairs)
-    if all(type(v) is str or type(v) is int for _k, v in pairs):      # kept: text and ints label alike
+    if {type(v) for _k, v in pairs} <= _LABEL_TYPES:      # kept: text and ints label alike
         hit = _LABELS.get(pairs)
         if hit is None:
             if len(_LABELS) >= 4096:
@@ -123,6 +124,25 @@ def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = Fals
         got = parse_changed(rec, name, v, _label(pairs))
         return _with_execs(got, pairs) if execs else got
     return _memo(d, pairs, execs, compute)
+
+
+def refusal_one_changed(rec: Record, name: str, d: dict, pairs) -> str | None:
+    """The message of :func:`parse_one_changed` with ``execs`` (the record's refusal), or None when it
+    parses. For a record asked about once (a refused group's device), so it is not kept in the plan's
+    lookup: the same text without the lookup's key and copies."""
+    v = d[name]
+    if not isinstance(v, str) or not v.strip():
+        try:
+            _parse(d, pairs, True)
+            return None
+        except InputError as exc:
+            return str(exc)
+    from costmodel.inputs.record import parse_changed
+    try:
+        _with_execs(parse_changed(rec, name, v, _label(pairs)), pairs)
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 def _with_execs(rec: Record, pairs) -> Record:

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 
 from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, canonical_value
-from costmodel.analysis.sweep_parse import _any_row, _label, _parse, parse_one_changed
+from costmodel.analysis.sweep_parse import _PARSED, _any_row, _label, _parse, parse_one_changed, refusal_one_changed
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
 
@@ -72,8 +72,6 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     None when the group is not stacked: its record is refused, a device does not load, or it is
     searched row by row. A group refused for every device (they all load) is marked device by
     device, each with its own first row's message."""
-    from costmodel.inputs.hardware import load_hardware
-
     group = [a for a in axes if not a.numeric]
     numeric = [a for a in axes if a.numeric]
     first = {a.name: a.values[0] for a in numeric}
@@ -86,7 +84,7 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     def devices_in(mode):
         if hw is None:
             return [None]
-        return [load_hardware(v.strip(), mode.strip() if isinstance(mode, str) else mode) for v in hw.raw]
+        return _devices(hw.raw, mode)
 
     try:
         rec = _parse({**base, **gvals(0), **first}, list(gvals(0).items()), execs=True)
@@ -125,6 +123,24 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     return blocks
 
 
+def _devices(raw: list, mode) -> list:
+    """The devices of a ``hardware`` axis in power mode ``mode``, loaded once per plan (the plan's
+    lookup, :data:`costmodel.analysis.sweep_parse._PARSED`); a device that does not load raises."""
+    from costmodel.inputs.hardware import load_hardware
+
+    memo = _PARSED.get()
+    try:
+        key = ("devices", tuple(raw), mode)
+        hit = None if memo is None else memo.get(key)
+    except TypeError:                 # an unhashable mode: loaded every time
+        memo = hit = None
+    if hit is None:
+        hit = [load_hardware(v.strip(), mode.strip() if isinstance(mode, str) else mode) for v in raw]
+        if memo is not None:
+            memo[key] = hit
+    return hit
+
+
 def _by_signature(rec, devices: list) -> dict:
     """{signature: indices of the devices the engine prices alike for ``rec``} (one group, None, when
     the sweep has no hardware axis)."""
@@ -153,15 +169,18 @@ def _first_valid_row(base: dict, numeric: list, first: dict, index: dict, n_hw: 
         blocks = []
         for j in range(n_hw):
             g = gvals(j)
-            try:
-                if rec0 is None or j == 0:
-                    _parse({**base, **g, **first}, list(g.items()), execs=True)
-                else:                 # the same mapping with another device: one field parsed
-                    parse_one_changed(rec0, "hardware", {**base, **g, **first}, list(g.items()), execs=True)
-                return None
-            except InputError as exc:
-                blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(list(gvals(j).items())),
-                                    invalid=str(exc)))
+            pairs = list(g.items())
+            if rec0 is None or j == 0:
+                try:
+                    _parse({**base, **g, **first}, pairs, execs=True)
+                    return None
+                except InputError as exc:
+                    why = str(exc)
+            else:                     # the same mapping with another device: one field parsed
+                why = refusal_one_changed(rec0, "hardware", {**base, **g, **first}, pairs)
+                if why is None:
+                    return None
+            blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(pairs), invalid=why))
         return blocks
     return rec, devices_in(rec.power_mode)
 

@@ -16,6 +16,7 @@ generation). Derived outputs:
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import numpy as np
 
@@ -128,6 +129,7 @@ def build_draft(rec: Record, ex: Exec):
 
 #: the record fields that decide build_exec / build_draft (all but the numeric axes)
 _EXEC_FIELDS = tuple(f.name for f in dataclasses.fields(Record) if f.name not in NUMERIC_AXES)
+_exec_key = operator.attrgetter(*_EXEC_FIELDS)      # the tuple of those fields' values
 _EXEC_CACHE: dict = {}
 #: (the last record asked about, its Execs): a stacked record (devices or dtypes as arrays) is not
 #: hashable, and an evaluation asks about its record a few dozen times
@@ -142,7 +144,7 @@ def _execs(rec: Record):
     last = _EXEC_LAST[0]
     if last[0] is rec:                   # the record the evaluation in progress asked about (frozen)
         return last[1]
-    key = tuple(getattr(rec, f) for f in _EXEC_FIELDS)
+    key = _exec_key(rec)
     try:
         hit = _EXEC_CACHE.get(key)
     except TypeError:                    # a field holds an unhashable object (e.g. a HardwareStack)

@@ -131,6 +131,16 @@ class Exec:
         return self.model.n_heads / self.tp
 
     @functools.cached_property
+    def tp_allreduce_link(self):
+        """The link of the TP all-reduces, :func:`costmodel.engine.parallel.tp_link` (hw, tp, pp): every
+        pass on this instance asks, and for a sweep's devices × device counts it is picked element by
+        element (once per devices and counts within a sweep: engine.pass_memo)."""
+        from costmodel.engine.parallel import tp_link
+        from costmodel.engine.pass_memo import shared_call, value_key
+        return shared_call("tp_link", (value_key(self.hw), value_key(self.tp), self.pp),
+                           lambda: tp_link(self.hw, self.tp, self.pp))
+
+    @functools.cached_property
     def kv_heads_per_device(self) -> int:
         """KV heads held per device: split across TP, replicated when kv_heads < tp (MLA: the one
         latent, replicated on every TP rank)."""
@@ -201,6 +211,23 @@ class Exec:
             return None
         rate = self.matrix_rate_for("fp16" if self.experts_weight_only else self.compute_dtype)
         return rate * self.hw.mma_sync_matrix_fraction if legacy else rate
+
+    @functools.cached_property
+    def attention_matrix_flops_per_s(self):
+        """The attention kernels' matrix rate where it is not the pass's (None: ``matrix_flops_per_s``):
+        an fp8 engine (matrix units in fp8) whose runtime has no fp8 attention kernels
+        (``Runtime.fp8_context_fmha`` False) runs Q·K and P·V in fp16: peak(fp16) · the hardware's fp16
+        GEMM fraction · compute_efficiency, half the fp8 rate on Hopper and Ada."""
+        if self.rt.fp8_context_fmha:
+            return None
+        if self.dtype_members:           # stacked dtypes: each member's attention rate along the axis
+            if all(e.attention_matrix_flops_per_s is None for e in self.dtype_members):
+                return None
+            return self.per_weight_dtype(lambda e: e.matrix_flops_per_s if e.attention_matrix_flops_per_s is None
+                                         else e.attention_matrix_flops_per_s)
+        if self.compute_dtype != "fp8":
+            return None
+        return self.matrix_rate_for("fp16")
 
     @functools.cached_property
     def expert_dequant_flops_per_weight(self) -> float:

@@ -15,7 +15,8 @@ for the group. Formulas (per layer unless stated):
               weight-only: 1-byte weights dequantised to fp16, FLOPs at the fp16 rate (Exec.experts_weight_only)
 * attention:  FLOPs = 4 · heads · head_dim · pairs (pairs = Σ over queries of context positions computed);
               HBM bytes = KV tokens read from HBM · 2·kv_heads·head_dim·kv_bytes + KV writes + q/o traffic;
-              L2 bytes = KV tokens re-read from L2; a runtime whose kernels do not share a GQA KV head
+              L2 bytes = KV tokens re-read from L2; at the fp16 rate in an fp8 engine whose runtime has no fp8
+              attention kernels (Runtime.fp8_context_fmha); a runtime whose kernels do not share a GQA KV head
               among its query heads (Runtime.gqa_attention) reads or copies it once per query head
               (kv_reads.gqa_extra_bytes; L2 absorbs the re-reads it holds)
 * all-reduce: two per layer of tokens·d_model·act_bytes (parallel.allreduce_time_s; ring, tree or the
@@ -215,6 +216,7 @@ def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
         if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
             hbm = hbm + 2.0 * 4.0 * ex.heads_per_device * pr
         ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens,
+                      unit_flops_per_s=ex.attention_matrix_flops_per_s,
                       max_flops_per_byte=_attention_flops_per_byte(shape, ex) if name == "attention" else None))
     return ops
 
@@ -366,12 +368,12 @@ def layer_ops(shape: PassShape, ex: Exec) -> list[Op]:
     ops.append(gemm("o_proj", m.o_dim / tp * d, t, m.o_dim / tp, d, ex))
     ops.extend(_ffn_ops(ex, t, t_stage))
     if np.any(np.greater(tp, 1)):       # (an array of device counts: 0 s where a count is 1)
-        from costmodel.engine.parallel import allreduce_time_s, tp_link
+        from costmodel.engine.parallel import allreduce_time_s
         msg = t * d * act
         # with attention data parallelism the MoE layers combine by all-to-all, not by all-reduce
         n_ar = 2 * L if ex.dp <= 1 else L + m.n_dense_layers
         ops.append(Op("allreduce", "comm", n_ar, hbm_bytes=0.0,
-                      comm_s=allreduce_time_s(msg, tp, tp_link(ex.hw, tp, ex.pp), ex.allreduce_algorithm)))
+                      comm_s=allreduce_time_s(msg, tp, ex.tp_allreduce_link, ex.allreduce_algorithm)))
     ops.extend(moe_alltoall_ops(ex, t))
     lm_t = t if shape.lm_tokens is None else np.asarray(shape.lm_tokens, dtype=float)
     if ex.pp > 1:

@@ -138,9 +138,12 @@ def op_time(op, ex: Exec):
 #: p of the GEMM p-norm roofline t = (c^p + m^p)^(1/p). Fitted (least squares on log efficiency)
 #: to LLMCompass's real-hardware A100 fp16 GEMM shape data, N = K = 12288, M = 64 / 128 / 256 / 512 ->
 #: 0.33 / 0.62 / 0.78 / 0.81 of peak (reference hardware_notes §7, source llmcompass_a100), with
-#: this model's A100 terms (312 TFLOP/s · 0.939, 2.039 TB/s · 0.88): best p = 2.04; the model gives
-#: 0.34 / 0.57 / 0.78 / 0.89 with p = 2 against 0.36 / 0.72 / 0.94 / 0.94 with the max (p = ∞).
-#: Assumed to hold on other GPUs (no shape data for them). Independent of the validation rows.
+#: the model's A100 terms of the time (312 TFLOP/s · 0.939, the best-shape GEMM fraction, 2.039 TB/s
+#: · 0.88): best p = 2.0; the model gave 0.34 / 0.57 / 0.78 / 0.89 with p = 2 against 0.36 / 0.72 /
+#: 0.94 / 0.94 with the max (p = ∞). With the A100's prefill-shape fraction (0.84, M = 2048 of the same
+#: data) p = 2 gives 0.33 / 0.55 / 0.72 / 0.80 (best p 2.7: 0.35 / 0.60 / 0.77 / 0.83); p = 2 is kept,
+#: a little more near-ridge loss than these shapes show. Assumed to hold on other GPUs (no shape data
+#: for them). Independent of the validation rows.
 GEMM_OVERLAP_P = 2.0
 
 

@@ -56,6 +56,10 @@ class Runtime:
     #: instruction (Hopper's ``wgmma``) reach only ``Hardware.mma_sync_matrix_fraction`` of the dense
     #: peak (Exec.expert_matrix_flops_per_s)
     moe_gemm_mma_sync: bool = False
+    #: whether its attention kernels multiply an fp8 engine's Q·K and P·V on the fp8 units; False: the
+    #: context (and generation) attention of an fp8 engine runs in fp16 on the fp16 units, at the fp16
+    #: matrix rate, while the GEMMs run fp8 (Exec.attention_matrix_flops_per_s)
+    fp8_context_fmha: bool = True
     #: the tensor-parallel all-reduce a record's ``allreduce_algorithm=auto`` gets (``TP_ALLREDUCE``):
     #: ``auto`` NCCL's tuner (the faster of ring and tree per message); ``custom`` the runtime's own
     #: peer-to-peer kernel where it applies (vLLM's custom all-reduce, engine.parallel.custom_allreduce_s)
@@ -173,7 +177,7 @@ OPTIONAL = ("dequant_flops_per_weight_int4", "dequant_flops_per_weight_int8", "s
             "int8_scale_bytes_per_group", "lm_head_bytes_per_weight_int4", "lm_head_bytes_per_weight_int8",
             "quantize_embedding", "quantize_lm_head", "prefill_chunk_tokens", "spec_step_host_ops", "spec_step_syncs",
             "prefill_per_sequence", "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync",
-            "tp_allreduce", "spec_scorer", "kv_pool_fraction", "kv_pool_basis", "step_overhead_per_rank_s",
+            "fp8_context_fmha", "tp_allreduce", "spec_scorer", "kv_pool_fraction", "kv_pool_basis", "step_overhead_per_rank_s",
             "tree_attention_kernels_per_layer")
 GQA_ATTENTION = ("grouped", "per_query_head", "repeat_kv")
 TP_ALLREDUCE = ("auto", "custom")
@@ -183,8 +187,8 @@ KEYS = ("id", "name", "uses_cuda_graphs", "fused_attention") + NUMERIC + OPTIONA
 #: scheduler defaults a version may give (the serving workload fields of the same names)
 SCHEDULER_KEYS = ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "num_scheduler_steps")
 VERSION_KEYS = ("name", "source", "host_step_s", "host_per_seq_s", "scheduler", "prefill_chunk_tokens",
-                "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync", "spec_scorer",
-                "step_overhead_s", "step_overhead_per_rank_s")
+                "gqa_attention", "gqa_grouped_group_sizes", "fp8_moe_experts", "moe_gemm_mma_sync", "fp8_context_fmha",
+                "spec_scorer", "step_overhead_s", "step_overhead_per_rank_s")
 
 
 def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
@@ -231,7 +235,8 @@ def parse_runtime(data, src: str, version: str | None = None) -> Runtime:
     # a fraction of device memory: 0 would leave no KV pool
     _optional(f, "kv_pool_fraction", vals, sources, lambda s: s.num("value", min_value=0.01, max_value=1.0))
     _optional(f, "kv_pool_basis", vals, sources, _kv_pool_basis)
-    for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts", "moe_gemm_mma_sync"):
+    for k in ("quantize_embedding", "quantize_lm_head", "prefill_per_sequence", "fp8_moe_experts", "moe_gemm_mma_sync",
+              "fp8_context_fmha"):
         _optional(f, k, vals, sources, _flag)
     _optional(f, "prefill_chunk_tokens", vals, sources,
               lambda s: s.num("value", min_value=1, max_value=1 << 24, allow_null=True, required=False))
@@ -341,7 +346,8 @@ def _version_entry(f: Fields, version: str | None):
         vals["scheduler"] = _scheduler(s)
         sources.append(("scheduler", s.text("source")))
     for k, read in (("gqa_attention", _gqa_attention), ("gqa_grouped_group_sizes", _group_sizes),
-                    ("fp8_moe_experts", _flag), ("moe_gemm_mma_sync", _flag), ("spec_scorer", _spec_scorer)):
+                    ("fp8_moe_experts", _flag), ("moe_gemm_mma_sync", _flag), ("fp8_context_fmha", _flag),
+                    ("spec_scorer", _spec_scorer)):
         s = e.sub(k, required=False)
         if s is not None:
             s.check_keys(("value", "source"))
@@ -357,7 +363,16 @@ def _version_values(path: str, version: str) -> tuple:
 def with_version(rt: Runtime, id_with_version) -> Runtime:
     """``rt`` (a profile of the same runtime, e.g. with fitted parameters) with the attributes the
     engine version named in ``id_with_version`` (``trt-llm@0.5``) sets applied on top, as
-    :func:`parse_runtime` applies them to the base profile; ``rt`` unchanged without ``@VERSION``."""
+    :func:`parse_runtime` applies them to the base profile; ``rt`` unchanged without ``@VERSION``.
+    ``id_with_version`` may be a versioned :class:`Runtime` itself: the attributes its version entry
+    sets are applied with the values it holds (e.g. one switched off for an ablation)."""
+    if isinstance(id_with_version, Runtime):    # a versioned profile given whole
+        given = id_with_version
+        if given.version is None:
+            return rt
+        path = str(resolve("runtimes", given.id, "runtime"))
+        keys = dict(_version_values(path, given.version))
+        return dataclasses.replace(rt, version=given.version, **{k: getattr(given, k) for k in keys})
     if not isinstance(id_with_version, str):
         return rt
     base, version = split_version(id_with_version)

@@ -6,9 +6,12 @@ import numpy as np
 
 from costmodel.engine import memory
 from costmodel.engine.pass_cost import pass_cost
-from costmodel.engine.strategies.common import Ctx, Outcome, Pass, decode_shape, prefill_cost, with_step_overhead
+from costmodel.engine.pass_memo import shared
+from costmodel.engine.strategies.common import Ctx, Outcome, Pass, ctx_pass_key, decode_shape, prefill_cost, \
+    with_step_overhead
 
 
+@shared(ctx_pass_key)
 def ar_decode_pass(ctx: Ctx, B=None, P=None):
     """The decoding pass: B sequences × 1 token over the mean context L = P + G/2."""
     B = ctx.B if B is None else np.asarray(B, dtype=float)

@@ -11,8 +11,9 @@ from costmodel.engine.memory import Footprint
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import PassShape, pairs_per_kv_token_bound
 from costmodel.inputs.record import Record
-from costmodel.engine.roofline import Cost, overhead_cost
+from costmodel.engine.roofline import RECORD_OPS, Cost, overhead_cost
 from costmodel.engine.pass_cost import pass_cost
+from costmodel.engine.pass_memo import exec_key, shared, value_key
 
 
 @dataclass
@@ -139,6 +140,14 @@ def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None, seqs=1.0
                                 np.shape(cost.time_s))
 
 
+def ctx_pass_key(ctx: Ctx, B=None, P=None) -> tuple:
+    """What a target pass over ``ctx`` reads (engine.pass_memo): its Exec, ``ctx``'s or the given B and
+    P, G, and whether operator rows are kept."""
+    return (exec_key(ctx.ex), value_key(ctx.B if B is None else B), value_key(ctx.P if P is None else P),
+            value_key(ctx.G), RECORD_OPS.get())
+
+
+@shared(ctx_pass_key)
 def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
     """Prompt processing: the B·P tokens in one pass; with a runtime that prefills one prompt at a time
     (``prefill_per_sequence``) B passes of P tokens (weights re-read per pass, same FLOPs); with a

@@ -30,9 +30,10 @@ from costmodel.engine import acceptance
 from costmodel.engine import memory
 from costmodel.engine.ops import mtp_projection_op
 from costmodel.engine.parallel import draft_link, transfer_time_s
-from costmodel.engine.roofline import Cost, comm_cost
+from costmodel.engine.roofline import RECORD_OPS, Cost, comm_cost
 from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.engine.pass_cost import pass_cost
+from costmodel.engine.pass_memo import exec_key, shared, value_key
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, chain_verify_shape, decode_shape, prefill_cost, \
     prefill_shape, with_step_overhead, spec_method
 
@@ -57,6 +58,9 @@ def draft_context(ctx: Ctx, L):
     return L if ctx.draft_kv_budget is None else np.minimum(L, ctx.draft_kv_budget)
 
 
+@shared(lambda ctx, draft, n_passes, q_per_pass, L, B=None: (
+    _draft_key(ctx, draft), value_key(n_passes), value_key(q_per_pass), value_key(L), value_key(ctx.B if B is None else B),
+    value_key(ctx.gamma), value_key(ctx.draft_kv_budget)))
 def draft_pass_costs(ctx: Ctx, draft, n_passes, q_per_pass, L, B=None) -> Cost:
     """``n_passes`` sequential draft passes of q tokens per sequence each (draft = Exec or None).
     An EAGLE-3 head's first pass also runs its fc over the B·q tokens that carry target features
@@ -227,9 +231,17 @@ def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None
     return passes
 
 
+@shared(lambda ctx, draft: _draft_key(ctx, draft))
 def _draft_prefill(ctx: Ctx, draft) -> Cost:
     """The draft model also processes the prompt (its own KV cache); ``self``/``none``/``suffix`` do not;
     an EAGLE head does, over the target's features (its layer's KV)."""
     if draft is None or ctx.rec.draft_model == "self":
         return Cost.zero()
     return pass_cost(prefill_shape(ctx.B, ctx.P), draft)
+
+
+def _draft_key(ctx: Ctx, draft) -> tuple:
+    """What a draft pass reads besides its own arguments (engine.pass_memo): the draft's Exec, the
+    kind of draft, the record's B, P and G, and whether operator rows are kept."""
+    return (None if draft is None else exec_key(draft), ctx.rec.draft_model, value_key(ctx.B), value_key(ctx.P),
+            value_key(ctx.G), RECORD_OPS.get())
