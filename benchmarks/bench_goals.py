@@ -1,6 +1,7 @@
 """Every sweep goal as a ratio against llm-analysis measured in the same run (best of N).
 
     python benchmarks/bench_goals.py [--rows 1000000] [--repeat 3] [--big-rows 10000000] [--only capacity]
+                                     [--only tree_sweep,speculative,two_workers]
 
 Rows of the table (each figure is costmodel's speed over llm-analysis' ``LLMAnalysis.inference``
 per configuration, measured here, see bench_sweep.llm_analysis_bench; noisy on a shared machine,
@@ -17,7 +18,10 @@ so best of ``--repeat``):
 * with ``--big-rows``: the CLI writing that many rows to Parquet, its wall time and peak RSS
   (goal < 1 GB), as a child process.
 
-``--only sweeps|capacity|tree`` runs that row (or rows) alone, with llm-analysis measured as always.
+``--only sweeps|capacity|tree`` runs that row (or rows) alone, with llm-analysis measured as always;
+several, comma-separated, run together, and a single 1 M-row sweep is named by its setup
+(``autoregressive``, ``speculative``, ``shared_prefix``, ``tree_sweep``; ``two_workers`` adds the
+speculative sweep with two workers): ``--only tree_sweep,speculative``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ TREE_SEARCH = dict(model="llama-2-7b", hardware="a100-80gb", batch_size=4, promp
 
 
 ONLY = ("sweeps", "capacity", "tree")
+#: names of single 1 M-row sweeps for --only (the tree sweep's: "tree" is the tree search's row)
+SWEEP_ROWS = {"autoregressive": "autoregressive", "speculative": "speculative", "shared_prefix": "shared_prefix",
+              "tree_sweep": "tree", "two_workers": None}
 
 
 def best_time(fn, repeat: int) -> float:
@@ -69,9 +76,15 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peer-configs", type=int, default=3000)
     ap.add_argument("--big-rows", type=int, default=0, help="also time the CLI writing this many rows to Parquet")
-    ap.add_argument("--only", choices=ONLY, help="run only these rows: the 1 M-row sweeps, the capacity grid or "
-                                                 "the tree search")
+    ap.add_argument("--only", help="run only these rows, comma-separated: " + ", ".join(ONLY) + " (the 1 M-row "
+                                   "sweeps, the capacity grid, the tree search) or single sweeps: "
+                                   + ", ".join(SWEEP_ROWS))
     args = ap.parse_args(argv)
+    only = set(ONLY) if args.only is None else set(args.only.split(","))
+    if not only <= set(ONLY) | set(SWEEP_ROWS):
+        ap.error(f"--only: unknown row(s) {', '.join(sorted(only - set(ONLY) - set(SWEEP_ROWS)))}")
+    sweeps = set(SETUPS) | {"two_workers"} if "sweeps" in only else \
+        {SWEEP_ROWS[r] for r in only if r in SWEEP_ROWS and SWEEP_ROWS[r]} | ({"two_workers"} & only)
     from costmodel import evaluate, sweep
 
     peer, why = llm_analysis_bench(args.peer_configs)
@@ -93,10 +106,12 @@ def main(argv=None):
     n = 1
     for v in axes.values():
         n *= len(v)
-    for name, setup in SETUPS.items() if args.only in (None, "sweeps") else ():
+    for name, setup in SETUPS.items():
+        if name not in sweeps and not (name == "speculative" and "two_workers" in sweeps):
+            continue
         t = best_time(lambda: sweep(setup, workers=1, **axes), args.repeat)
         rows.append((f"{n:,}-row sweep, {name}, 1 worker", f"{n / t:,.0f} rows/s", ratio(n / t), ">= 1000x"))
-        if name == "speculative":
+        if name == "speculative" and "two_workers" in sweeps:
             t2 = best_time(lambda: sweep(setup, workers=2, **axes), args.repeat)
             rows.append((f"{n:,}-row sweep, {name}, 2 workers", f"{n / t2:,.0f} rows/s ({t / t2:.2f}x one worker)",
                          ratio(n / t2), ">= 1.6x one worker"))
@@ -104,12 +119,12 @@ def main(argv=None):
     for v in CAPACITY.values():
         ncap *= len(v)
     base = dict(draft_model="llama-68m", acceptance_rate=0.7, gamma=4)
-    if args.only in (None, "capacity"):
+    if "capacity" in only:
         t = best_time(lambda: sweep(base, workers=1, on_invalid="mark", **CAPACITY), max(1, args.repeat - 1))
         rows.append((f"capacity grid, {ncap:,} rows, 1 worker",
                      f"{ncap / t:,.0f} rows/s ({t * 1e6 / ncap:.1f} µs/row, {t * 1e3:.1f} ms)", ratio(ncap / t),
                      ">= 300x"))
-    if args.only in (None, "tree"):
+    if "tree" in only:
         t = best_time(lambda: evaluate(TREE_SEARCH), 5 * args.repeat)
         rows.append(("tree_shape=optimal_for_hardware, 32 nodes", f"{t * 1e3:.2f} ms per evaluate()",
                      ratio(1.0 / t), "< 10 ms"))

@@ -56,6 +56,9 @@ class Op:
     #: the matrix rate this operator runs at when not the pass's (``Exec.expert_matrix_flops_per_s``:
     #: MoE experts kept in fp16 in an fp8 engine); None = ``Exec.matrix_flops_per_s``
     unit_flops_per_s: object = None
+    #: an upper bound (a float) on flops / hbm_bytes in every element, when the pass's shape gives
+    #: one (attention: :attr:`PassShape.max_pairs_per_kv_token`); None = not known
+    max_flops_per_byte: object = None
 
 
 _LAZY = object()
@@ -131,6 +134,24 @@ class PassShape:
     kv_write_tokens: object = None    # new KV entries written (defaults to tokens)
     seqs: object = None               # sequences whose KV is read (windowed layers read ≤ seqs·window)
     extra_ops: list = field(default_factory=list)
+    #: an upper bound (a float) on pairs / kv_hbm_tokens in every element, kv_hbm_tokens >= 1
+    #: everywhere, when the strategy knows one (:func:`pairs_per_kv_token_bound`); it bounds the
+    #: attention's FLOPs per byte (:func:`_attention_ops`). None = not known
+    max_pairs_per_kv_token: object = None
+
+
+def pairs_per_kv_token_bound(B, L, lead, tail):
+    """A bound for :attr:`PassShape.max_pairs_per_kv_token` of a pass whose B sequences each read
+    their L cached tokens once and compute lead·L + tail attention pairs: pairs / KV tokens read =
+    lead + tail/L <= max lead + max tail / min L (max tail >= 0). None for one configuration (its
+    scalar pass compares the terms itself), or unless B >= 1 and L >= 1 everywhere (NaN fails)."""
+    if not (np.ndim(B) or np.ndim(L)):
+        return None
+    b_min, l_min, tail_max = float(np.min(B)), float(np.min(L)), float(np.max(tail))
+    if not (b_min >= 1.0 and l_min >= 1.0 and tail_max >= 0.0):
+        return None
+    rho = float(np.max(lead)) + tail_max / l_min
+    return rho if 0.0 <= rho < np.inf else None
 
 
 def gemm(name, params, tokens, d_in, d_out, ex: Exec, count=None, expert=False) -> Op:
@@ -195,8 +216,26 @@ def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
         if not ex.rt.fused_attention:   # scores materialised in fp32: written once, read once
             hbm = hbm + 2.0 * 4.0 * ex.heads_per_device * pr
         ops.append(Op(name, "attention", count, flops=flops, hbm_bytes=hbm, l2_bytes=l2_tokens,
-                      unit_flops_per_s=ex.attention_matrix_flops_per_s))
+                      unit_flops_per_s=ex.attention_matrix_flops_per_s,
+                      max_flops_per_byte=_attention_flops_per_byte(shape, ex) if name == "attention" else None))
     return ops
+
+
+def _attention_flops_per_byte(shape: PassShape, ex: Exec):
+    """An upper bound on the global attention's FLOPs per HBM byte from the shape's bound ρ on pairs
+    per KV token read (:attr:`PassShape.max_pairs_per_kv_token`): FLOPs 4·heads·head_dim·pairs <=
+    4·heads·head_dim·ρ·read, bytes >= read·(KV bytes per token) (the writes, q/o traffic, GQA
+    re-reads and unfused scores only add), so FLOPs/byte <= 4·heads·head_dim·ρ / KV bytes per
+    token. None without ρ, for MLA (its FLOPs are not per pair alone) and for per-element
+    (stacked) head counts."""
+    rho = shape.max_pairs_per_kv_token
+    m = ex.model
+    if rho is None or m.mla is not None:
+        return None
+    h, kv_tok = ex.heads_per_device, ex.kv_bytes_per_token_layer
+    if np.ndim(h) or np.ndim(kv_tok) or np.ndim(rho) or not float(kv_tok) > 0.0:
+        return None
+    return 4.0 * float(h) * m.head_dim * float(rho) / float(kv_tok)
 
 
 def _routed_experts_op(ex: Exec, t_stage) -> Op:

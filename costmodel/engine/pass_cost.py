@@ -6,10 +6,15 @@ the same floating-point operations in the same order (so results are bit-identic
 array passes: a scalar path in Python floats for single configurations, in-place accumulation,
 skipped +0.0 contributions and max/argmax without stacking for arrays; an affine operator
 (:class:`costmodel.engine.ops.AffineOp`, a GEMM or an elementwise kernel) whose binding term wins by a
-margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`); a small
-term that nowhere exceeds the running maximum is skipped after two reductions; a pass whose host
-time is below its device time everywhere skips the zero wait. Any NaN, negative or -0.0 term
-falls back to the plain numpy path. tests/test_sweep.py checks it against the reference.
+margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`), a GEMM
+whose binding term changes inside the range gets √(c² + m²) without comparing the terms
+(:func:`_gemm_across_ridge`), and an operator whose FLOPs per byte are bounded below the ridge
+(attention, from its pass's pairs per KV token) gets its memory term alone (:func:`_memory_bound`);
+a small term that nowhere exceeds the running maximum is skipped after two reductions; a pass
+whose host time is below its device time everywhere skips the zero wait; the work totals of
+passes stacked along a leading axis are summed one pass at a time
+(:func:`work_summed_over_passes`). Any NaN, negative or -0.0 term falls back to the plain numpy
+path. tests/test_sweep.py and tests/test_pass_shortcuts.py check it against the reference.
 """
 
 from __future__ import annotations
@@ -132,6 +137,79 @@ def _dominant_term(op: AffineOp, ex: Exec, ends):
     return t, np.intp(k)
 
 
+def _memory_bound(op, ex: Exec, l2_not_slower: bool):
+    """(seconds, bound index 1) of an operator whose FLOPs per byte are bounded
+    (:attr:`costmodel.engine.ops.Op.max_flops_per_byte` = r) below the device's ridge: with
+    r·(HBM rate)·(1 + margin) < its unit's FLOP rate, the compute term FLOPs/rate <= r·bytes/rate is
+    below the memory term bytes/(HBM rate) by that margin in every element (far above the few ulps
+    of rounding in either), so the memory term is the maximum and 1 the first argmax; the l2 term
+    is not above it (no L2 re-reads, L2 not slower) and the interconnect term is +0.0. The compute
+    term is then never computed. None when that cannot be shown (dequantisation FLOPs, L2 or link
+    traffic, array rates)."""
+    r, l2, cm, dq = op.max_flops_per_byte, op.l2_bytes, op.comm_s, op.dequant_flops
+    if type(r) is not float or not (0.0 <= r < math.inf) or not l2_not_slower:
+        return None
+    for v in (l2, cm, dq):
+        if np.ndim(v) or float(v) != 0.0 or math.copysign(1.0, float(v)) < 0.0:
+            return None
+    peak, bw = unit_flops_per_s(op, ex), ex.hbm_bytes_per_s
+    if np.ndim(peak) or np.ndim(bw) or not (0.0 < float(bw) < math.inf and float(peak) < math.inf) or \
+            not r * float(bw) * (1.0 + _DOMINANCE_MARGIN) < float(peak):
+        return None
+    t = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
+    return (t, np.intp(1)) if type(t) is np.ndarray and t.ndim else None
+
+
+#: a GEMM's terms at the low end of its range at least this (seconds), at the high end at most
+#: 1/this: their squares neither underflow nor overflow (see _gemm_across_ridge)
+_SQUARE_SAFE_S = 1e-100
+
+
+def _gemm_across_ridge(op: AffineOp, ex: Exec, ends):
+    """(seconds, bound index) of a GEMM (an AffineOp of kind 'matrix') on the device's own memory
+    (no L2 re-reads, no communication) whose binding term changes inside its range, as for a
+    prefill over batch × prompt tokens: :func:`costmodel.engine.roofline.gemm_overlap` makes its
+    time √(c² + m²) (``gemm_time_s``) in every element, bound by compute where c >= m, else by
+    memory; None when that cannot be shown from the operator's scalars and its range's ends.
+
+    Why that is :func:`_op_time`'s answer element for element: with c, m >= 0 and their squares
+    normal numbers, h = sqrt(c·c + m·m) >= sqrt(m·m) = m and likewise >= c (IEEE rounding is
+    monotonic, and sqrt(fl(m·m)) = m without underflow or overflow). Where c >= m the terms are
+    (h, m): the maximum h, first at 0; where c < m they are (c, h) with h >= m > c: h, at 1. The
+    l2 term (HBM bytes + 0)/L2 rate is at most m when L2 is not slower than HBM, and the
+    interconnect term is +0.0: neither is strictly above h. The terms are nondecreasing in x (the
+    coefficients are >= 0), so their bounds at the range's ends hold in every element."""
+    if op.kind != "matrix":
+        return None
+    vals = (op.f1, op.h0, op.h1, op.l2_bytes, op.comm_s, op.dequant_flops)
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in vals):
+        return None
+    f1, h0, h1, l2, cm, dq = (float(v) for v in vals)
+    if not all(v >= 0.0 and math.copysign(1.0, v) > 0.0 and v < math.inf for v in (f1, h0, h1, dq)) or \
+            l2 != 0.0 or cm != 0.0 or math.copysign(1.0, l2) < 0.0 or math.copysign(1.0, cm) < 0.0:
+        return None
+    peak = unit_flops_per_s(op, ex)
+    peak_v, bw, l2bw = ex.vector_flops_per_s, ex.hbm_bytes_per_s, ex.hw.l2_bandwidth_bytes_per_s
+    if not all(type(v) is float or getattr(v, "ndim", 1) == 0 for v in (peak, peak_v, bw, l2bw)):
+        return None
+    peak, peak_v, bw, l2bw = float(peak), float(peak_v), float(bw), float(l2bw)
+    if not (0.0 < peak < math.inf and 0.0 < peak_v < math.inf and 0.0 < bw < math.inf and l2bw >= bw):
+        return None
+    lo, hi = (float(op.x.flat[i]) for i in ends)
+    if not lo > 0.0:
+        return None
+    c_hi, m_lo, m_hi = compute_term_s(f1 * hi, dq, peak, peak_v), memory_term_s(h0 + h1 * lo, bw), \
+        memory_term_s(h0 + h1 * hi, bw)
+    if not (m_lo >= _SQUARE_SAFE_S and c_hi <= 1.0 / _SQUARE_SAFE_S and m_hi <= 1.0 / _SQUARE_SAFE_S):
+        return None
+    c = np.asarray(_term_new(op, "flops", compute_term_s, as_dequant(op.dequant_flops), peak, peak_v), dtype=float)
+    m = np.asarray(_term_new(op, "hbm_bytes", memory_term_s, bw), dtype=float)
+    if c.shape != op.x.shape or m.shape != op.x.shape:
+        return None
+    idx = np.less(c, m).view(np.int8)            # 1 (memory) where c < m, else 0 (compute)
+    return gemm_time_s(c, m, out=c), idx
+
+
 def _term_new(op: AffineOp, name: str, term, *rates):
     """term(op's ``name`` array, *rates) as a new array: computed into the operator's work array
     when that is a new one (AffineOp.work_array), which then is not kept."""
@@ -178,6 +256,10 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
                 e = ends[id(op.x)] = (op.x, _ends(op.x))
             if e[1] is not None:
                 fast = _dominant_term(op, ex, e[1])
+                if fast is None:
+                    fast = _gemm_across_ridge(op, ex, e[1])
+        elif op.max_flops_per_byte is not None:
+            fast = _memory_bound(op, ex, l2_ok)
         t, idx = fast if fast is not None else _op_time(op, ex, l2_ok)
         cnt = op.count
         # t is _op_time's own new array: scale it in place
@@ -192,7 +274,7 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
                 acc[i], own[i] = add_into(acc[i], own[i], tc, x_owned=tc is t and not record)
                 continue
             mask = idx == i
-            if not mask.any():
+            if lo < i < hi and not mask.any():     # the smallest and largest index occur
                 continue
             # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
             a = acc[i]
@@ -236,21 +318,70 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     by = {b: bcast(0.0 if a is None else a, shp) for b, a in zip(names, acc)}
     by["launch"] = bcast(launch, shp)
     by = {b: by[b] for b in BOUNDS}
-    return DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.stage_devices, shp))
+    cost = DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.stage_devices, shp))
+    cost.__dict__["_pass_work"] = (work, ex.stage_devices, shp)      # for work_summed_over_passes
+    return cost
+
+
+def work_summed_over_passes(cost: Cost, n: int, zero):
+    """(flops, hbm_bytes) of a :func:`pass_cost` priced over arrays whose leading axis stacks ``n``
+    passes, summed over that axis from ``zero``: ((zero + w_0) + w_1) + … + w_{n−1}, w_d pass d's
+    totals (:func:`_work_totals`), with the same operations, element for element, as over the
+    stacked arrays: the leading operators whose arrays are small (at most an eighth of the pass's
+    size: those before attention, which :func:`summation_order` puts last) summed over the stack at
+    once, the rest on each pass's slices, so that the temporaries are one pass's size rather than
+    n passes'. None when ``cost`` is not such a pass (its time lacks that axis) or its totals were
+    read already."""
+    pw = cost.__dict__.get("_pass_work")
+    if pw is None or "_work" not in cost.__dict__ or len(pw[2]) < 1 or pw[2][0] != n:
+        return None
+    work, tp, shp = pw
+    full = int(np.prod(shp))
+    k = 0
+    while k < len(work) and 8 * max(np.size(work[k].flops), np.size(work[k].hbm_bytes)) <= full:
+        k += 1
+    head = _work_sum(work[:k], (0.0, False, 0.0, False))
+    flops = hbm = None
+    f_own = h_own = False
+    for d in range(n):
+        fa, _, ha, _ = head
+        f, fo, h, ho = _work_sum(work[k:], (_pass_slice(np.asarray(fa), d, len(shp) - 1), False,
+                                            _pass_slice(np.asarray(ha), d, len(shp) - 1), False), d, len(shp) - 1)
+        f, h = times_broadcast(f, fo, tp, shp[1:]), times_broadcast(h, ho, tp, shp[1:])     # new arrays
+        flops, f_own = add_into(zero if flops is None else flops, f_own, f, x_owned=True)
+        hbm, h_own = add_into(zero if hbm is None else hbm, h_own, h, x_owned=True)
+    return flops, hbm
+
+
+def _pass_slice(a: np.ndarray, d: int, ndim: int) -> np.ndarray:
+    """Pass d's part of an operator's array over stacked passes (leading axis beyond ``ndim`` dims;
+    an array without it, or of length 1 along it, is every pass's)."""
+    if a.ndim <= ndim:
+        return a
+    return a[d] if a.shape[0] != 1 else a[0]
 
 
 def _work_totals(work, tp, shp):
     """(flops, hbm_bytes) of a pass: Σ flops·count and Σ bytes·count over its operators, times the
     devices of a stage ``tp`` (Exec.stage_devices)."""
-    flops = hbm = 0.0
-    f_own = h_own = False
-    for op in work:
+    flops, f_own, hbm, h_own = _work_sum(work, (0.0, False, 0.0, False))
+    return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
+
+
+def _work_sum(ops, start, index=None, ndim=0):
+    """(flops, whether ours, hbm_bytes, whether ours): ``start``'s sums plus Σ flops·count and
+    Σ bytes·count over ``ops`` in order; with ``index`` d each operator's pass-d slice
+    (:func:`_pass_slice`, ``ndim`` one pass's dimensions)."""
+    flops, f_own, hbm, h_own = start
+    for op in ops:
         f, h, cnt = np.asarray(op.flops, dtype=float), np.asarray(op.hbm_bytes, dtype=float), op.count
+        if index is not None:
+            f, h = _pass_slice(f, index, ndim), _pass_slice(h, index, ndim)
         flops, f_own = add_into(flops, f_own, f * cnt, x_owned=True)       # f·cnt: a new array
         # the reference adds (h + 0.0)·count: that differs from h·count only for h = -0.0, and adding
         # -0.0 instead of +0.0 to a sum that started at +0.0 gives the same sum
         hbm, h_own = add_into(hbm, h_own, h * cnt, x_owned=True)
-    return times_broadcast(flops, f_own, tp, shp), times_broadcast(hbm, h_own, tp, shp)
+    return flops, f_own, hbm, h_own
 
 
 def _pass_cost_scalar(shape: PassShape, ex: Exec, ops) -> Cost | None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from costmodel.engine.memory import Footprint
 from costmodel.engine.execution import Exec
-from costmodel.engine.ops import PassShape
+from costmodel.engine.ops import PassShape, pairs_per_kv_token_bound
 from costmodel.inputs.record import Record
 from costmodel.engine.roofline import RECORD_OPS, Cost, overhead_cost
 from costmodel.engine.pass_cost import pass_cost
@@ -67,7 +67,8 @@ def decode_shape(B, q, L, extra_ops=None) -> PassShape:
     """B sequences × q causal new tokens over L cached tokens; KV read once per sequence."""
     B, q, L = (np.asarray(x, dtype=float) for x in (B, q, L))
     return PassShape(tokens=B * q, pairs=B * (q * L + q * (q + 1) / 2.0), kv_hbm_tokens=B * L,
-                     lm_tokens=B * q, extra_ops=extra_ops or [], seqs=B)
+                     lm_tokens=B * q, extra_ops=extra_ops or [], seqs=B,
+                     max_pairs_per_kv_token=pairs_per_kv_token_bound(B, L, q, q * (q + 1) / 2.0))
 
 
 def chain_verify_shape(B, q, L, scorer: str = "multi_query") -> PassShape:

@@ -31,11 +31,11 @@ from costmodel.engine import acceptance, memory
 from costmodel.errors import InputError
 from costmodel.inputs.model import Model
 from costmodel.engine.execution import Exec
-from costmodel.engine.ops import Op, PassShape, gemm
+from costmodel.engine.ops import Op, PassShape, gemm, pairs_per_kv_token_bound
 from costmodel.inputs.rules import medusa_heads
 from costmodel.engine.roofline import RECORD_OPS, Cost, DeferredWork
 from costmodel.fast.arrays import add_all
-from costmodel.engine.pass_cost import pass_cost
+from costmodel.engine.pass_cost import pass_cost, work_summed_over_passes
 from costmodel.engine.tree import Tree, TreeTable, candidate_table, full_tree, lockstep_tokens, optimal_tree, \
     validate_parents
 from costmodel.engine.kv_reads import l2_hit_fraction
@@ -176,10 +176,11 @@ def verify_shape(ctx: Ctx, tr, kernel: str, extra_ops) -> PassShape:
                          lm_tokens=B * tr.path_tokens, attn_kernels=n_br, kv_write_tokens=B * tr.path_tokens,
                          extra_ops=extra_ops)
     if kernel == "dense_masked":
-        pairs = B * q * (L + q)
+        pairs, tail = B * q * (L + q), q * q
     else:
-        pairs = B * (q * L + tr.ancestor_pairs)
-    return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops)
+        pairs, tail = B * (q * L + tr.ancestor_pairs), tr.ancestor_pairs
+    return PassShape(tokens=B * q, pairs=pairs, kv_hbm_tokens=B * L, lm_tokens=B * q, extra_ops=extra_ops,
+                     max_pairs_per_kv_token=pairs_per_kv_token_bound(B, L, q, tail))
 
 
 def alpha_for_tree_tau(tr: Tree, tau, iterations: int = 60) -> np.ndarray:
@@ -279,7 +280,8 @@ def draft_levels_cost(ctx: Ctx, d_ex, tr, kind: str = "model") -> Cost:
         elif kind == "eagle3":      # the fc over the features of the root pass's input tokens
             from costmodel.engine.strategies.heads import eagle3_ops
             extra = eagle3_ops(d_ex, t, t if first else 0.0)
-        return PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t, extra_ops=extra)
+        return PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=B * Ld, lm_tokens=t, extra_ops=extra,
+                         max_pairs_per_kv_token=pairs_per_kv_token_bound(B, Ld, n_d, n_d * d))
 
     passes = draft_pass_tokens(tr)
     if not isinstance(tr, TreeTable):
@@ -333,8 +335,11 @@ def _stacked_levels_cost(one_pass, passes, ndim: int, d_ex) -> Cost:
             a = np.broadcast_to(a, shape[:1] + np.broadcast_shapes(a.shape, shape[1:]))
         return add_all(zero, (a[d] for d in range(len(passes))))
 
-    return DeferredWork(summed(flat.time_s), lambda: {b: summed(v) for b, v in flat.by_bound.items()}, [],
-                        lambda: (summed(flat.flops), summed(flat.hbm_bytes)))
+    def work():
+        w = work_summed_over_passes(flat, len(passes), zero)
+        return w if w is not None else (summed(flat.flops), summed(flat.hbm_bytes))
+
+    return DeferredWork(summed(flat.time_s), lambda: {b: summed(v) for b, v in flat.by_bound.items()}, [], work)
 
 
 def tree_step(ctx: Ctx, draft, tr):

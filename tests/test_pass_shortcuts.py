@@ -1,0 +1,270 @@
+"""The pass evaluator's shortcuts for operators whose binding term is settled without comparing the
+terms element by element (costmodel.engine.pass_cost): every answer they give equals the stacked
+max/argmax of the roofline terms (roofline.op_terms) bit for bit, and they decline what they cannot
+show. The whole passes are compared with the reference pass (roofline.reference_pass_cost)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from costmodel.engine import pass_cost as pc
+from costmodel.engine.evaluate import build_exec
+from costmodel.engine.ops import AffineOp, layer_ops
+from costmodel.engine.roofline import op_terms, operator_rows, reference_pass_cost
+from costmodel.engine.strategies.common import decode_shape, prefill_shape
+from costmodel.inputs.record import parse_record
+
+
+def _exec(**kw):
+    return build_exec(parse_record(dict(dict(model="llama-68m", hardware="a100-80gb"), batch_size=1, prompt_len=1,
+                                        **kw)))
+
+
+def _ref_op_time(op, ex):
+    stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))
+    return stack.max(axis=0), stack.argmax(axis=0)
+
+
+def _bits_equal(a, b):
+    a, b = np.ascontiguousarray(a, dtype=float), np.ascontiguousarray(b, dtype=float)
+    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+
+
+# the batch x prompt grid of a sweep chunk: a prefill over B·P tokens runs from 16 tokens (its GEMMs
+# bound by their weights) to 1,040,000 (bound by their FLOPs)
+B = np.arange(1.0, 66.0).reshape(-1, 1)
+P = np.arange(16.0, 16001.0, 16.0).reshape(1, -1)
+
+
+@pytest.mark.parametrize("setup", [
+    dict(model="llama-68m", hardware="a100-80gb"),
+    dict(model="llama-2-7b", hardware="h100-sxm", weight_dtype="int4"),      # dequantisation FLOPs in c
+    dict(model="llama-2-13b", hardware="t4", runtime="eager"),
+])
+def test_gemm_across_the_ridge_equals_the_stacked_terms(setup):
+    """A prefill's GEMMs over 16 .. 1.04 M tokens cross their ridge inside the grid (the dominant-term
+    shortcut declines them); the across-the-ridge shortcut prices them, and its time and bound are
+    the stacked max/argmax of the four terms, element for element."""
+    ex = _exec(**setup)
+    fired = 0
+    for op in layer_ops(prefill_shape(B, P), ex):
+        if type(op) is not AffineOp or op.kind != "matrix" or pc._ends(op.x) is None:
+            continue
+        ends = pc._ends(op.x)
+        assert pc._dominant_term(op, ex, ends) is None, op.name      # both bounds occur in the grid
+        want_t, want_i = _ref_op_time(op, ex)
+        got = pc._gemm_across_ridge(op, ex, ends)
+        assert got is not None, op.name
+        fired += 1
+        assert _bits_equal(got[0], want_t), op.name
+        assert np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i), op.name
+        assert set(np.unique(want_i)) == {0, 1}, op.name          # both bounds, so the test bites
+    assert fired >= 3
+
+
+def test_gemm_across_the_ridge_on_random_coefficients():
+    """Seeded random GEMMs (coefficients over 12 decades, either bound or both in range): whenever
+    the shortcut answers, its answer is the stacked max/argmax bit for bit; it answers most of them."""
+    ex = _exec()
+    rng = np.random.default_rng(7)
+    x = np.linspace(1.0, 1e6, 4096).reshape(64, 64)
+    answered = 0
+    for _ in range(300):
+        f1, h0, h1 = 10 ** rng.uniform(0, 12), 10 ** rng.uniform(0, 12) * rng.integers(0, 2), 10 ** rng.uniform(-3, 6)
+        xs = x * rng.uniform(0.5, 2.0)
+        op = AffineOp("r", "matrix", 1, xs, f1=f1, h0=h0, h1=h1, dequant_flops=float(rng.integers(0, 2)) * 1e6)
+        got = pc._gemm_across_ridge(op, ex, pc._ends(xs))
+        if got is None:
+            continue
+        answered += 1
+        want_t, want_i = _ref_op_time(op, ex)
+        assert _bits_equal(got[0], want_t) and np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i)
+    assert answered >= 250
+
+
+def test_gemm_across_the_ridge_declines_what_it_cannot_show():
+    """Declined (None, the plain path): an operator that is not a GEMM, L2 re-reads or communication
+    of its own, a negative or -0.0 coefficient, a range that reaches 0 tokens, terms whose squares
+    would underflow (10⁻¹⁸⁰ s: the square is 0 and √ would not give the larger term back) or
+    overflow, an infinite end."""
+    ex = _exec()
+    x = np.linspace(1.0, 1e6, 4096).reshape(64, 64)
+    ends = pc._ends(x)
+
+    def gemm(**kw):
+        args = dict(f1=2e8, h0=2e8, h1=4096.0)
+        args.update(kw)
+        return AffineOp("g", "matrix", 1, x, **args)
+
+    assert pc._gemm_across_ridge(gemm(), ex, ends) is not None
+    assert pc._gemm_across_ridge(AffineOp("v", "vector", 1, x, f1=2e8, h0=2e8, h1=4096.0), ex, ends) is None
+    op = gemm()
+    op.l2_bytes = 1.0
+    assert pc._gemm_across_ridge(op, ex, ends) is None
+    op = gemm()
+    op.comm_s = 1e-6
+    assert pc._gemm_across_ridge(op, ex, ends) is None
+    assert pc._gemm_across_ridge(gemm(h1=-1.0), ex, ends) is None
+    assert pc._gemm_across_ridge(gemm(h0=-0.0), ex, ends) is None
+    zero = x - 1.0                                     # the range starts at 0 tokens
+    assert pc._gemm_across_ridge(AffineOp("g", "matrix", 1, zero, f1=2e8, h0=0.0, h1=4096.0), ex,
+                                 pc._ends(zero)) is None
+    tiny = gemm(f1=1e-180, h0=0.0, h1=1e-180)         # m ≈ 1e-180 / 1.8e12 s: its square underflows
+    assert pc._gemm_across_ridge(tiny, ex, ends) is None
+    huge = gemm(f1=1e300, h0=0.0, h1=1e300)           # c ≈ 1e306 / 2.9e14 s: its square overflows
+    assert pc._gemm_across_ridge(huge, ex, ends) is None
+    inf = x.copy()
+    inf[0, 0] = math.inf
+    assert pc._gemm_across_ridge(AffineOp("g", "matrix", 1, inf, f1=2e8, h0=2e8, h1=4096.0), ex,
+                                 pc._ends(inf)) is None
+
+
+@pytest.mark.parametrize("setup", [
+    dict(model="llama-68m", hardware="a100-80gb"),
+    dict(model="llama-2-7b", hardware="a100-80gb", weight_dtype="int8"),
+    dict(model="mixtral-8x7b", hardware="h100-sxm", n_devices=2),
+])
+def test_passes_with_the_shortcuts_equal_the_reference(setup):
+    """Whole passes over a sweep chunk's grid (prefill, decode, a verification of 33 tokens) equal
+    the reference pass in time, work and every bound's share, bit for bit."""
+    ex = _exec(**setup)
+    for sh in (prefill_shape(B, P), decode_shape(B, 1.0, P + 64.0), decode_shape(B, 33.0, P + 64.0)):
+        with operator_rows(False):
+            got = pc.pass_cost(sh, ex)
+        want = reference_pass_cost(sh, ex)
+        for f in ("time_s", "flops", "hbm_bytes"):
+            assert _bits_equal(getattr(got, f), getattr(want, f)), f
+        for b in want.by_bound:
+            assert _bits_equal(np.broadcast_to(got.by_bound[b], np.shape(want.time_s)),
+                               np.broadcast_to(want.by_bound[b], np.shape(want.time_s))), b
+
+
+# ------------------------------------------------ attention with bounded FLOPs per byte (tree drafts)
+
+def _tree_ctx(**kw):
+    import importlib
+    from costmodel.engine.evaluate import _execs, make_ctx
+    rec = parse_record(dict(dict(model="llama-2-7b-32k", hardware="a100-80gb", strategy="tree", draft_model="llama-68m",
+                                 acceptance_rate=0.7, tree_nodes=32, tree_depth=5, gen_len=128, batch_size=1,
+                                 prompt_len=16), **kw))
+    ex, draft = _execs(rec)
+    trm = importlib.import_module("costmodel.engine.strategies.tree")
+    ctx = make_ctx(rec, ex, dict(batch_size=B, prompt_len=P))
+    return trm, ctx, draft, trm.build_tree(ctx)
+
+
+def test_draft_attention_flops_per_byte_bound_by_hand():
+    """llama-68m (12 heads of 64, 12 KV heads, fp16 KV): KV bytes per token and layer 2·12·64·2 = 3,072,
+    attention FLOPs per pair 4·12·64 = 3,072, so the FLOPs-per-byte bound is ρ itself. A draft pass
+    over n_d = 4 tokens per sequence at depth d = 2 with contexts L >= 80 reads at most
+    4·(1 + 2/80) = 4.1 pairs per KV token: bound 4.1 FLOPs per byte, far below an A100's ridge
+    (312e12 · 0.939 / (2.039e12 · 0.88) ≈ 163 FLOP/B)."""
+    from costmodel.engine.ops import PassShape
+    ex = _exec()
+    t = B * 4.0
+    L = P + 64.0                                     # 80 .. 16,064
+    sh = PassShape(tokens=t, pairs=t * (L + 2.0), kv_hbm_tokens=B * L, lm_tokens=t, max_pairs_per_kv_token=4.1)
+    att = [op for op in layer_ops(sh, ex) if op.name == "attention"][0]
+    assert att.max_flops_per_byte == pytest.approx(4.1, rel=1e-15)
+    assert np.all(att.flops / att.hbm_bytes <= 4.1)  # the bound holds element by element
+    got = pc._memory_bound(att, ex, pc._l2_not_slower(ex))
+    want_t, want_i = _ref_op_time(att, ex)
+    assert got is not None and _bits_equal(got[0], want_t) and np.all(want_i == 1) and int(got[1]) == 1
+
+
+def test_memory_bound_declines_what_it_cannot_show():
+    """No bound, a bound at or above the ridge (the compute term could bind), L2 re-reads, link time or
+    dequantisation FLOPs: None (the terms are compared element by element)."""
+    from costmodel.engine.ops import Op
+    ex = _exec()
+    hbm = np.linspace(1e6, 1e9, 4096)
+    ridge = float(ex.matrix_flops_per_s) / float(ex.hbm_bytes_per_s)
+
+    def att(**kw):
+        args = dict(flops=hbm * 2.0, hbm_bytes=hbm, max_flops_per_byte=2.0)
+        args.update(kw)
+        return Op("attention", "attention", 1, **args)
+
+    ok = pc._l2_not_slower(ex)
+    assert pc._memory_bound(att(), ex, ok) is not None
+    assert pc._memory_bound(att(max_flops_per_byte=None), ex, ok) is None
+    assert pc._memory_bound(att(max_flops_per_byte=ridge), ex, ok) is None
+    assert pc._memory_bound(att(l2_bytes=hbm), ex, ok) is None
+    assert pc._memory_bound(att(comm_s=1e-6), ex, ok) is None
+    assert pc._memory_bound(att(dequant_flops=1e6), ex, ok) is None
+    assert pc._memory_bound(att(), ex, False) is None
+
+
+def test_tree_draft_passes_equal_the_reference_pass_by_pass(monkeypatch):
+    """The stacked draft passes of a tree over a sweep chunk (memory-bound attention shown from the
+    bound, work totals summed one pass at a time) equal the reference: each pass priced alone by
+    roofline.reference_pass_cost and added from +0.0 in pass order, time, work and every bound."""
+    from costmodel.engine.roofline import Cost
+    trm, ctx, draft, tr = _tree_ctx()
+    shown = []
+    real = pc._memory_bound
+    monkeypatch.setattr(pc, "_memory_bound", lambda *a: shown.append(real(*a)) or shown[-1])
+    with operator_rows(False):
+        got = trm.draft_levels_cost(ctx, draft, tr, "model")
+    assert len(shown) == 1 and shown[0] is not None         # the shortcut settled the draft's attention
+    Ld = ctx.L
+    want = Cost.zero()
+    for d, n_d in enumerate(trm.draft_pass_tokens(tr)):
+        t = ctx.B * n_d
+        from costmodel.engine.ops import PassShape
+        want = want + reference_pass_cost(PassShape(tokens=t, pairs=t * (Ld + d), kv_hbm_tokens=ctx.B * Ld,
+                                                    lm_tokens=t), draft)
+    shape = np.shape(want.time_s)
+    for f in ("time_s", "flops", "hbm_bytes"):
+        assert _bits_equal(np.broadcast_to(getattr(got, f), shape), getattr(want, f)), f
+    for b in want.by_bound:
+        assert _bits_equal(np.broadcast_to(got.by_bound[b], shape), np.broadcast_to(want.by_bound[b], shape)), b
+
+
+def test_work_summed_over_passes_equals_the_stacked_sum():
+    """work_summed_over_passes (pass by pass) equals summing the stacked totals over the passes, bit
+    for bit; it declines once the stacked totals were read, and for a pass without the leading axis."""
+    from costmodel.engine.ops import PassShape
+    from costmodel.engine.roofline import Cost
+    from costmodel.fast.arrays import add_all
+    ex = _exec()
+    n = np.array([1.0, 4.0, 9.0, 7.0, 3.0]).reshape(5, 1, 1)
+    d = np.arange(5.0).reshape(5, 1, 1)
+    L = P + 64.0
+    sh = PassShape(tokens=B * n, pairs=B * n * (L + d), kv_hbm_tokens=B * L, lm_tokens=B * n)
+    zero = Cost.zero().time_s
+    with operator_rows(False):
+        cost = pc.pass_cost(sh, ex)
+        fl, hb = pc.work_summed_over_passes(cost, 5, zero)
+        assert pc.work_summed_over_passes(cost, 5, zero) is not None           # nothing read yet
+        want_f = add_all(zero, (cost.flops[i] for i in range(5)))
+        want_h = add_all(zero, (cost.hbm_bytes[i] for i in range(5)))
+        assert _bits_equal(fl, want_f) and _bits_equal(hb, want_h)
+        assert pc.work_summed_over_passes(cost, 5, zero) is None               # totals read: declined
+        assert pc.work_summed_over_passes(pc.pass_cost(sh, ex), 4, zero) is None
+
+
+def test_pairs_per_kv_token_bound_by_hand():
+    """ρ = max lead + max tail / min L for pairs = B·(lead·L + tail) over B·L KV tokens read:
+    a decode of 1 token at L >= 80: 1 + 1/80 = 1.0125; a tree verification of q = 33 tokens
+    (dense mask: tail q² = 1,089) at L >= 80: 33 + 1,089/80 = 46.6125; a draft pass over
+    n = (1, 4, 9) tokens at depths d = (0, 1, 2), tail n·d = (0, 4, 18): 9 + 18/80 = 9.225. None for a
+    single configuration, a batch below 1, a context below 1 or a NaN."""
+    from costmodel.engine.ops import pairs_per_kv_token_bound as bound
+    from costmodel.engine.strategies.common import decode_shape
+    L = P + 64.0                                     # 80 .. 16,064
+    assert bound(B, L, 1.0, 1.0) == pytest.approx(1.0125, rel=1e-15)
+    assert decode_shape(B, 1.0, L).max_pairs_per_kv_token == pytest.approx(1.0125, rel=1e-15)
+    assert bound(B, L, 33.0, 33.0 * 33.0) == pytest.approx(46.6125, rel=1e-15)
+    n, d = np.array([1.0, 4.0, 9.0]).reshape(3, 1, 1), np.arange(3.0).reshape(3, 1, 1)
+    assert bound(B, L, n, n * d) == pytest.approx(9.225, rel=1e-15)
+    assert bound(4.0, 80.0, 1.0, 1.0) is None
+    assert bound(B - 0.5, L, 1.0, 1.0) is None
+    assert bound(B, L - 79.5, 1.0, 1.0) is None
+    nan = L.copy()
+    nan[0, 3] = np.nan
+    assert bound(B, nan, 1.0, 1.0) is None
+    # the bound holds element by element for the decode shape it describes
+    sh = decode_shape(B, 3.0, L)
+    assert np.all(sh.pairs / sh.kv_hbm_tokens <= sh.max_pairs_per_kv_token)
