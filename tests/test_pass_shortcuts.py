@@ -159,7 +159,7 @@ def test_draft_attention_flops_per_byte_bound_by_hand():
     attention FLOPs per pair 4·12·64 = 3,072, so the FLOPs-per-byte bound is ρ itself. A draft pass
     over n_d = 4 tokens per sequence at depth d = 2 with contexts L >= 80 reads at most
     4·(1 + 2/80) = 4.1 pairs per KV token: bound 4.1 FLOPs per byte, far below an A100's ridge
-    (312e12 · 0.939 / (2.039e12 · 0.88) ≈ 163 FLOP/B)."""
+    (312e12 · 0.84 / (2.039e12 · 0.88) ≈ 146 FLOP/B)."""
     from costmodel.engine.ops import PassShape
     ex = _exec()
     t = B * 4.0

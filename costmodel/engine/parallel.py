@@ -97,7 +97,8 @@ def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring")
 
     ring: 2(n−1)·α + 2(n−1)/n · S/β_c;  tree (double binary tree): 2·log2(n)·α + 2·S/β_c, with β_c the
     link's measured all-reduce bus bandwidth (``Link.collective_beta``: nccl-tests busbw at large
-    messages, the datasheet rate where none is recorded);
+    messages, the datasheet rate where none is recorded; the tree takes the ring's measured figure, as
+    no tree busbw is recorded: it wins only where α dominates);
     auto: the smaller of the two for each message (NCCL picks its algorithm per message size);
     custom: the runtime's peer-to-peer kernel where it applies (:func:`custom_allreduce_s`), else auto;
     0 for n = 1.

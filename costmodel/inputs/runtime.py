@@ -58,7 +58,10 @@ class Runtime:
     moe_gemm_mma_sync: bool = False
     #: whether its attention kernels multiply an fp8 engine's Q·K and P·V on the fp8 units; False: the
     #: context (and generation) attention of an fp8 engine runs in fp16 on the fp16 units, at the fp16
-    #: matrix rate, while the GEMMs run fp8 (Exec.attention_matrix_flops_per_s)
+    #: matrix rate, while the GEMMs run fp8 (Exec.attention_matrix_flops_per_s). The default True is the
+    #: model's assumption from before engine versions (attention at the pass's compute rate), not a
+    #: sourced fact about any engine: only TensorRT-LLM 0.5-0.9 set it, from their release notes; other
+    #: runtimes' fp8 attention (vLLM, SGLang, eager) is unverified
     fp8_context_fmha: bool = True
     #: the tensor-parallel all-reduce a record's ``allreduce_algorithm=auto`` gets (``TP_ALLREDUCE``):
     #: ``auto`` NCCL's tuner (the faster of ring and tree per message); ``custom`` the runtime's own
