@@ -19,9 +19,10 @@ from costmodel.inputs.record import parse_record
 from costmodel.inputs.runtime import load_runtime, with_version
 
 
-def _prefill_ops(runtime, weight_dtype="fp8", hardware="h100-sxm", prompt_len=2048.0):
+def _prefill_ops(runtime, weight_dtype="fp8", hardware="h100-sxm", prompt_len=2048.0, kv_dtype="fp8"):
     ex = build_exec(parse_record(dict(model="llama-2-7b", hardware=hardware, runtime=runtime, batch_size=1,
-                                      prompt_len=int(prompt_len), gen_len=1, weight_dtype=weight_dtype)))
+                                      prompt_len=int(prompt_len), gen_len=1, weight_dtype=weight_dtype,
+                                      kv_dtype=kv_dtype)))
     return ex, {o.name: o for o in layer_ops(prefill_shape(1.0, prompt_len), ex)}
 
 
@@ -46,6 +47,19 @@ def test_a_2048_token_prefill_attention_on_h100_fp8_by_hand():
     ex, ops = _prefill_ops("trt-llm@0.9")
     assert ops["qkv_proj"].unit_flops_per_s is None
     assert float(ex.matrix_flops_per_s) == pytest.approx(1.3812722e15, rel=1e-6)
+
+
+def test_fp8_weights_over_a_2_byte_kv_cache_attend_in_fp16():
+    """fp8 weights quantise the GEMMs; with an fp16 KV cache K and V are 2-byte operands, so even an
+    engine with fp8 attention kernels (the current TensorRT-LLM, vLLM) multiplies Q·K and P·V on the
+    fp16 units: the 2048-token layer above at 9.894e14 · 0.798 = 7.895412e14 FLOP/s, 43.540 µs, while
+    the GEMMs keep the fp8 rate 1.3812722e15."""
+    for runtime in ("trt-llm", "vllm"):
+        ex, ops = _prefill_ops(runtime, kv_dtype="fp16")
+        att = ops["attention"]
+        assert unit_flops_per_s(att, ex) == pytest.approx(7.895412e14, rel=1e-6)
+        assert float(op_terms(att, ex)[0]) == pytest.approx(43.540e-6, rel=1e-4)
+        assert float(ex.matrix_flops_per_s) == pytest.approx(1.3812722e15, rel=1e-6)
 
 
 def test_fp16_engines_and_parts_without_fp8_keep_the_pass_rate():

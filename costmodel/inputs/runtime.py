@@ -56,7 +56,8 @@ class Runtime:
     #: instruction (Hopper's ``wgmma``) reach only ``Hardware.mma_sync_matrix_fraction`` of the dense
     #: peak (Exec.expert_matrix_flops_per_s)
     moe_gemm_mma_sync: bool = False
-    #: whether its attention kernels multiply an fp8 engine's Q·K and P·V on the fp8 units; False: the
+    #: whether its attention kernels multiply an fp8 engine's Q·K and P·V on the fp8 units (with an fp8
+    #: KV cache: over a 2-byte cache attention is fp16 whatever this says); False: the
     #: context (and generation) attention of an fp8 engine runs in fp16 on the fp16 units, at the fp16
     #: matrix rate, while the GEMMs run fp8 (Exec.attention_matrix_flops_per_s). The default True is the
     #: model's assumption from before engine versions (attention at the pass's compute rate), not a
