@@ -1,3 +1,4 @@
+import importlib.util
 import os
 
 import pytest
@@ -13,6 +14,16 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 @pytest.fixture
 def data_dir():
     return DATA
+
+
+@pytest.fixture(scope="module")
+def slc():
+    """validation/serve_load_curves.py as a module (the load-curve script's settings and row rules)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "validation", "serve_load_curves.py")
+    spec = importlib.util.spec_from_file_location("serve_load_curves", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session")

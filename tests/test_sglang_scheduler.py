@@ -2,7 +2,6 @@
 max_running_requests = min(pool // 2, min(max(int(pool / context_len × 512), 2048), 4096)), prefill
 batches of at most chunked_prefill_size = 8192 tokens that run alone (enable_mixed_chunk = False)."""
 
-import importlib.util
 import os
 
 import pandas as pd
@@ -32,15 +31,11 @@ def test_sglang_scheduler_fields():
                                                     "max_num_batched_tokens": 8192}
 
 
-def test_sglang_rows_run_sglangs_scheduler_not_vllms_256_sequences():
+def test_sglang_rows_run_sglangs_scheduler_not_vllms_256_sequences(slc):
     """LC041 (DataCrunch, Llama-3.3-70B on 4×H200 at 16 req/s): SGLang admits everything the KV pool
     holds, so its median TTFT stays at 0.61 s while E2E reaches 149 s. Under vLLM's 256-sequence
     limit the simulated requests queue for seconds instead. With SGLang's limit (thousands) the median
     TTFT is a prefill wait, below a second."""
-    path = os.path.join(HERE, "..", "validation", "serve_load_curves.py")
-    spec = importlib.util.spec_from_file_location("serve_load_curves", path)
-    slc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(slc)
     d = pd.read_csv(os.path.join(HERE, "..", "validation", "load_curves.csv"))
     row = d[d.id == "LC041"].iloc[0]
     assert slc.is_sglang(row)

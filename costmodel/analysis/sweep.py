@@ -21,7 +21,7 @@ How it is evaluated (no Python loop per row):
   only is done once per value of that axis. The ``hardware`` axis (as a HardwareStack) and the
   ``n_devices`` axis (device counts; one device joins the larger counts, its all-reduce 0 s, except under a custom all-reduce) are arrays too, where the engine prices their values
   alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
-  (``CHUNK_ROWS``, 65536, by default: arrays that stay in the CPU caches) along their first vectorised axis; the
+  (``CHUNK_ROWS`` by default: arrays that stay in the CPU caches) along their first vectorised axis; the
   per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
   evaluated on forked processes that take chunks from a shared work queue and pass each chunk's
   columns through a small shared buffer into this process's columns (:mod:`costmodel.fast.sweep_fork`:
@@ -383,7 +383,7 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     ``engine``: ``"numpy"`` (in process) or ``"dask"`` (chunks on a ``dask.distributed``
     cluster: ``scheduler`` None starts a ``LocalCluster``; an address such as
     ``"tcp://host:8786"`` or a ``distributed.Client`` uses that cluster).
-    ``chunk_rows``: rows per evaluation call (default ``CHUNK_ROWS``, 65536: arrays that stay in cache) and per
+    ``chunk_rows``: rows per evaluation call (default ``CHUNK_ROWS``: arrays that stay in cache) and per
     Dask task (default 2**20). ``workers``: processes (forked, their chunks gathered here) or,
     where forking is not safe, threads evaluating chunks (default: the CPU count, at most 8; 1 =
     this process alone); see the module docstring.

@@ -11,8 +11,9 @@ import os
 
 import numpy as np
 
-from costmodel.analysis.sweep import CHUNK_ROWS, _SOURCE, _flat, _plan, _record_keys, _rows, _sweep_local
+from costmodel.analysis.sweep import CHUNK_ROWS, _flat, _plan, _record_keys, _rows, _sweep_local
 from costmodel.analysis.sweep_columns import array_kind, axis_array, value_kind
+from costmodel.analysis.sweep_output import _SOURCE
 from costmodel.analysis.sweep_grid import parse_axis
 from costmodel.analysis.sweep_invalid import REASON_COLUMN
 from costmodel.analysis.sweep_output import write_csv

@@ -13,9 +13,10 @@ from costmodel.analysis.sweep_output import _SOURCE
 from costmodel.errors import InputError, again, kept
 from costmodel.inputs.record import Record, parse_record
 
-#: labels already written (text and int values only), at most 4096: a plan asks for a group's label
-#: once per block and per refused device
+#: labels already written (text and int values only), at most _MAX_LABELS: a plan asks for a group's
+#: label once per block and per refused device
 _LABELS: dict = {}
+_MAX_LABELS = 4096
 _LABEL_TYPES = {str, int}
 
 
@@ -24,7 +25,7 @@ def _label(pairs) -> str:
     if {type(v) for _k, v in pairs} <= _LABEL_TYPES:      # kept: text and ints label alike
         hit = _LABELS.get(pairs)
         if hit is None:
-            if len(_LABELS) >= 4096:
+            if len(_LABELS) >= _MAX_LABELS:
                 _LABELS.clear()
             hit = _LABELS[pairs] = _label_now(pairs)
         return hit

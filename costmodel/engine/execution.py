@@ -216,8 +216,9 @@ class Exec:
     def attention_matrix_flops_per_s(self):
         """The attention kernels' matrix rate where it is not the pass's (None: ``matrix_flops_per_s``):
         an fp8 engine (matrix units in fp8) runs Q·K and P·V in fp16 when its runtime has no fp8
-        attention kernels (``Runtime.fp8_context_fmha`` False) or its KV cache is not fp8 (K and V are
-        then 2-byte operands: fp8 weights quantise the GEMMs, not attention): peak(fp16) · the
+        attention kernels (``Runtime.fp8_context_fmha`` False) or its KV cache is not fp8 (K and V then
+        reach the kernel as fp16 operands, stored so or dequantised: fp8 weights quantise the GEMMs, not
+        attention): peak(fp16) · the
         hardware's fp16 GEMM fraction · compute_efficiency, half the fp8 rate on Hopper and Ada."""
         if self.rt.fp8_context_fmha and self.kv_dtype == "fp8":
             return None

@@ -42,7 +42,7 @@ import threading
 import numpy as np
 
 from costmodel.errors import InputError
-from costmodel.fast.arrays import empty_aligned
+from costmodel.fast.arrays import compact, empty_aligned
 
 
 def can_fork() -> bool:
@@ -104,6 +104,9 @@ def _fits(specs: dict, res: dict) -> bool:
 #: bytes per row a ring slot reserves (96 float64 columns; a sweep has 40-50): the slot is reserved
 #: before any chunk is evaluated, and a grid whose columns need more is evaluated in one process
 RING_ROW_BYTES = 96 * 8
+#: a ring slot is a whole number of 4 KiB pages, and each column in it starts on a 64-byte cache line
+_PAGE_BYTES = 4096
+_LINE_BYTES = 64
 #: the ring's shared mapping, kept for the next sweep when at most this large: its pages stay mapped
 #: in this process, so the parent does not fault them in again (each child maps them afresh)
 KEEP_RING_BYTES = 256 << 20
@@ -132,7 +135,7 @@ class _Ring:
 
     def __init__(self, rows: int, children: int):
         self.rows = rows
-        self.slot_bytes = -(-rows * RING_ROW_BYTES // 4096) * 4096
+        self.slot_bytes = -(-rows * RING_ROW_BYTES // _PAGE_BYTES) * _PAGE_BYTES
         need = self.slot_bytes * SLOTS * children
         kept = _KEPT[0]
         if kept is not None and len(kept) >= need:
@@ -150,7 +153,7 @@ class _Ring:
             if kind != "const":
                 dt = np.dtype(np.int8 if kind == "code" else info)
                 self.layout.append((key, dt, off))
-                off += -(-self.rows * dt.itemsize // 64) * 64
+                off += -(-self.rows * dt.itemsize // _LINE_BYTES) * _LINE_BYTES
         return off <= self.slot_bytes
 
     def write(self, child: int, slot: int, rshape, res: dict) -> bytes:
@@ -160,12 +163,8 @@ class _Ring:
         base = (child * SLOTS + slot) * self.slot_bytes
         masks = np.zeros(len(self.layout), dtype="<u8")
         for i, (key, dt, off) in enumerate(self.layout):
-            v = np.broadcast_to(res[key], rshape)
-            m = 0
-            for d, (st, n) in enumerate(zip(v.strides, rshape)):
-                if st == 0 or n == 1:
-                    m |= 1 << d
-            small = v[tuple(slice(0, 1) if m >> d & 1 else slice(None) for d in range(len(rshape)))]
+            small = compact(np.broadcast_to(res[key], rshape))
+            m = sum(1 << d for d, n in enumerate(small.shape) if n == 1)
             np.frombuffer(self.buf, dtype=dt, count=small.size, offset=base + off).reshape(small.shape)[...] = small
             masks[i] = m
         return masks.tobytes()
@@ -197,7 +196,7 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
     os.write(qw, np.arange(len(batches), dtype="<i4").tobytes())
     os.close(qw)                                     # an empty queue then reads as end of file
     children = []
-    finished = ok = False
+    ok = clean = False
     try:
         for c in range(workers - 1):
             children.append(_fork_child(c, qr, batches, per, run, place, shape, ring, skip, code_keys))
@@ -218,9 +217,9 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
         if ok:
             state.drain(block=True)
             ok = not state.fallback and state.specs is not None
-            finished = True
+            clean = ok
     finally:
-        if not finished or not ok:                   # an error or a fallback: stop the children's work
+        if not clean:                   # an error or a fallback: stop the children's work
             _stop(pid for pid, _r, _f in children)
         os.close(qr)
         for pid, r, f in children:

@@ -57,7 +57,7 @@ class Runtime:
     #: peak (Exec.expert_matrix_flops_per_s)
     moe_gemm_mma_sync: bool = False
     #: whether its attention kernels multiply an fp8 engine's Q·K and P·V on the fp8 units (with an fp8
-    #: KV cache: over a 2-byte cache attention is fp16 whatever this says); False: the
+    #: KV cache: over any other cache attention is fp16 whatever this says); False: the
     #: context (and generation) attention of an fp8 engine runs in fp16 on the fp16 units, at the fp16
     #: matrix rate, while the GEMMs run fp8 (Exec.attention_matrix_flops_per_s). The default True is the
     #: model's assumption from before engine versions (attention at the pass's compute rate), not a
@@ -148,7 +148,7 @@ class Runtime:
     def step_host_s(self, ranks=1):
         """Host seconds every step waits for besides the engine version's (``host_s``):
         step_overhead_s + step_overhead_per_rank_s · (ranks − 1), ranks the worker processes of one
-        instance (its devices: tensor × pipeline parallel)."""
+        instance (its devices: tensor × attention-data × pipeline parallel)."""
         per_rank = self.step_overhead_per_rank_s       # an array while calibration evaluates many values
         if np.ndim(per_rank) == 0 and not per_rank:
             return self.step_overhead_s

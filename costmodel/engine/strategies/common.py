@@ -126,7 +126,8 @@ def step_ranks(ex: Exec):
 
 def with_step_overhead(cost: Cost, ex: Exec, method: str | None = None, seqs=1.0, prefill: bool = False) -> Cost:
     """``cost`` plus the runtime's per-step host work: for every step ``Runtime.step_host_s`` of the
-    instance's ranks (step_overhead_s + step_overhead_per_rank_s · (tp·pp − 1)), the engine version's
+    instance's ranks (step_overhead_s + step_overhead_per_rank_s · (ranks − 1), ranks = tp·dp·pp:
+    :func:`step_ranks`), the engine version's
     host work the device waits for (``Runtime.host_s``: host_step_s / N + host_per_seq_s · seqs, N = its
     scheduler steps per invocation; a prefill is a scheduler invocation of its own, N = 1), and for a
     speculative or tree step of ``method`` also :func:`spec_step_host_s`."""

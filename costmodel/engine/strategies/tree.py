@@ -137,7 +137,7 @@ def unfused_tree_attention_op(ex: Exec, B, q, L) -> Op | None:
     if k is None or k <= 1:
         return None
     m = ex.model
-    scores = np.asarray(B, dtype=float) * (m.n_heads / ex.tp) * q * (np.asarray(L, dtype=float) + q)
+    scores = np.asarray(B, dtype=float) * ex.heads_per_device * q * (np.asarray(L, dtype=float) + q)
     extra = k - 1.0
     return Op("tree_attention_unfused", "vector", m.n_layers * extra,
               hbm_bytes=scores * unfused_score_bytes(ex.act_bytes) / extra)
