@@ -55,7 +55,6 @@ blocks (in process or forked) and assembles the frame.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import itertools
 import math
@@ -70,14 +69,14 @@ from costmodel.analysis.sweep_grid import Block, arrays_for, canonical_value, \
 from costmodel.analysis.sweep_output import _SOURCE, check_output, write_frame
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
-from costmodel.engine.evaluate import check_context, evaluate, evaluate_arrays, record_head, record_tail
+from costmodel.engine.evaluate import _execs, check_context, evaluate, evaluate_arrays, record_head, record_tail
 from costmodel.inputs.model import load_model
 from costmodel.engine.pass_memo import shared_passes
 from costmodel.engine.roofline import operator_rows
 from costmodel.inputs.fields import FIELD_NAMES
 from costmodel.inputs.dtypes import WeightDtypes
 from costmodel.inputs.hardware import HardwareStack, stack_hardware
-from costmodel.inputs.record import Record, parse_record
+from costmodel.inputs.record import Record, parse_record, with_fields
 
 __all__ = ["sweep", "parse_axis", "grid_size", "DEFAULT_CHUNK_ROWS"]
 
@@ -198,7 +197,7 @@ def _piece_record(b: Block, sl: dict, made: dict | None = None):
                     if made is not None:
                         made[key] = got
                 changes[name] = got
-    return dataclasses.replace(b.rec, **changes)
+    return with_fields(b.rec, **changes)
 
 
 def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1,
@@ -328,8 +327,11 @@ def _evaluate_piece(rec, arrays) -> dict:
     if not isinstance(wd, WeightDtypes):
         out.update(_flat(record_tail(rec, extras)))
         return out
-    # stacked weight dtypes: each member's record-level keys (its notes), one value where they agree
-    tails = [_flat(record_tail(dataclasses.replace(rec, weight_dtype=m), extras)) for m in wd.members]
+    # stacked weight dtypes: each member's record-level keys (its notes), one value where they agree;
+    # each member's Exec is the stacked Exec's member (build_exec of the member's record: the members
+    # share the default KV dtype, inputs.dtypes.stack_signature)
+    members = _execs(rec)[0].dtype_members
+    tails = [_flat(record_tail(with_fields(rec, weight_dtype=m), extras, ex)) for m, ex in zip(wd.members, members)]
     for k, v in tails[0].items():
         vs = [t.get(k) for t in tails]
         if all(_same(x, v) for x in vs[1:]):

@@ -28,37 +28,42 @@ def check_on_invalid(value) -> str:
 
 class InvalidRows:
     """Grid-shaped reasons (None = valid), allocated when the first invalid row is marked; the
-    first reason given for a row is kept."""
+    first reason given for a row is kept. The boolean grid of marked rows is kept alongside (a
+    region with no marked row is written at once, and :attr:`mask` is that grid, not a comparison
+    of every reason with None)."""
 
     def __init__(self, shape):
         self.shape = tuple(shape)
         self.reasons = None
-        self._mask = None                 # the mask of the reasons as they stand (None: not computed)
+        self._marked = None               # rows given a reason so far (allocated with the reasons)
 
     def mark(self, where, reason: str, mask=None) -> None:
         if self.reasons is None:
             self.reasons = np.full(self.shape, None, dtype=object)
-        self._mask = None
-        region = self.reasons[where]
-        if np.ndim(region) == 0:
-            if region is None:
+            self._marked = np.zeros(self.shape, dtype=bool)
+        marked = self._marked[where]
+        if np.ndim(marked) == 0:
+            if not marked:
                 self.reasons[where] = reason
+                self._marked[where] = True
             return
-        free = np.equal(region, None)
+        if mask is None and not marked.any():     # nothing marked there yet: every row takes the reason
+            self.reasons[where] = reason
+            self._marked[where] = True
+            return
+        free = ~marked
         if mask is not None:
-            free &= np.broadcast_to(mask, region.shape)
+            free &= np.broadcast_to(mask, marked.shape)
+        region = self.reasons[where]
         region[free] = reason
         if region.base is not self.reasons:     # a copy (a list of indices), not a view: written back
             self.reasons[where] = region
+        self._marked[where] = marked | free
 
     @property
     def mask(self):
-        """Boolean grid of invalid rows, or None when there are none (computed once per marking)."""
-        if self.reasons is None:
-            return None
-        if self._mask is None:
-            self._mask = np.not_equal(self.reasons, None)
-        return self._mask
+        """Boolean grid of invalid rows, or None when there are none (the caller must not write it)."""
+        return self._marked
 
     def count(self) -> int:
         m = self.mask

@@ -138,12 +138,15 @@ def refusal_one_changed(rec: Record, name: str, d: dict, pairs) -> str | None:
             return None
         except InputError as exc:
             return str(exc)
+    from costmodel.engine.evaluate import execs_refusal
     from costmodel.inputs.record import parse_changed
+    label = _label(pairs)
     try:
-        _with_execs(parse_changed(rec, name, v, _label(pairs)), pairs)
+        got = parse_changed(rec, name, v, label)
     except InputError as exc:
         return str(exc)
-    return None
+    refused = execs_refusal(got)             # _with_execs' message, without raising it
+    return None if refused is None else str(InputError(str(refused), source=label))
 
 
 def _with_execs(rec: Record, pairs) -> Record:

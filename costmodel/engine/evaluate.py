@@ -141,6 +141,24 @@ def _execs(rec: Record):
     immutable and the spec loaders already cache by path, so this only skips the id resolution.
     Their InputError is cached alike and raised again as a copy (a sweep marks a refused group's
     rows device by device, each device asking again)."""
+    hit = _execs_or_refusal(rec)
+    if isinstance(hit, InputError):
+        raise again(hit)
+    return hit
+
+
+def execs_refusal(rec: Record) -> InputError | None:
+    """The InputError :func:`_execs` raises for ``rec`` (the cached one: read it, never raise it), or
+    None when its Execs build; asked without raising (a sweep's plan asks once per refused device)."""
+    try:
+        hit = _execs_or_refusal(rec)
+    except InputError as exc:            # not kept (a spec file that does not load)
+        return exc
+    return hit if isinstance(hit, InputError) else None
+
+
+def _execs_or_refusal(rec: Record):
+    """_execs' (Exec, draft Exec), or the kept InputError that refuses them."""
     last = _EXEC_LAST[0]
     if last[0] is rec:                   # the record the evaluation in progress asked about (frozen)
         return last[1]
@@ -163,9 +181,8 @@ def _execs(rec: Record):
         if len(_EXEC_CACHE) >= 1024:
             _EXEC_CACHE.clear()
         _EXEC_CACHE[key] = hit
-    if isinstance(hit, InputError):
-        raise again(hit)
-    _EXEC_LAST[0] = (rec, hit)
+    if not isinstance(hit, InputError):
+        _EXEC_LAST[0] = (rec, hit)
     return hit
 
 
@@ -391,10 +408,11 @@ def record_head(rec: Record) -> dict:
     return {"model": rec.model, "hardware": rec.hardware, "strategy": rec.strategy}
 
 
-def record_tail(rec: Record, extras: dict) -> dict:
+def record_tail(rec: Record, extras: dict, ex: Exec | None = None) -> dict:
     """The record-level outputs after the arrays in :func:`evaluate`'s dict: ``n_devices``, ``notes``,
-    ``n_devices_total`` (a draft on its own device), ``tree_parents`` (from the strategy's extras)."""
-    out = {"n_devices": rec.n_devices, "notes": assumption_notes(rec, _execs(rec)[0])}
+    ``n_devices_total`` (a draft on its own device), ``tree_parents`` (from the strategy's extras).
+    ``ex``: the record's Exec when the caller holds it (``build_exec(rec)``'s equal)."""
+    out = {"n_devices": rec.n_devices, "notes": assumption_notes(rec, _execs(rec)[0] if ex is None else ex)}
     if rec.draft_placement != "same_device" and rec.strategy in ("speculative", "tree") and \
             rec.draft_model not in WEIGHTLESS_DRAFTS:
         out["n_devices_total"] = rec.n_devices + rec.draft_tensor_parallel

@@ -251,6 +251,19 @@ def parse_record(data, source: str = "record", allow_meta: bool = False) -> Reco
     return rec
 
 
+def with_fields(rec: Record, **changes) -> Record:
+    """``dataclasses.replace(rec, **changes)`` (not re-validated) without the dataclass's __init__ over
+    every field: a record has no __post_init__, so the copy of its fields with some replaced is the
+    same record (a sweep builds one per piece and per stacked dtype)."""
+    unknown = changes.keys() - rec.__dict__.keys()
+    if unknown:
+        raise TypeError(f"unknown record field(s) {', '.join(sorted(unknown))}")
+    new = object.__new__(Record)
+    new.__dict__.update(rec.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
 def parse_changed(rec: Record, name: str, value, source: str = "record") -> Record:
     """``parse_record`` of the mapping that parsed into ``rec`` with field ``name`` set to ``value``
     (not empty): every other field's conversion is pure and passed before, so only ``value`` is
