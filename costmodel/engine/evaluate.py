@@ -166,8 +166,11 @@ def _execs_or_refusal(rec: Record):
     try:
         hit = _EXEC_CACHE.get(key)
     except TypeError:                    # a field holds an unhashable object (e.g. a HardwareStack)
-        ex = build_exec(rec)
-        hit = (ex, build_draft(rec, ex))
+        if _SHARE_EXECS:
+            from costmodel.engine.pass_memo import shared_exec, value_key
+            hit = shared_exec(tuple(value_key(v) for v in key), lambda: _build_execs(rec))
+        else:
+            hit = _build_execs(rec)
         _EXEC_LAST[0] = (rec, hit)
         return hit
     if hit is None:
@@ -184,6 +187,14 @@ def _execs_or_refusal(rec: Record):
     if not isinstance(hit, InputError):
         _EXEC_LAST[0] = (rec, hit)
     return hit
+
+
+_SHARE_EXECS = True
+
+
+def _build_execs(rec: Record) -> tuple:
+    ex = build_exec(rec)
+    return ex, build_draft(rec, ex)
 
 
 def _specs_load(rec: Record) -> bool:

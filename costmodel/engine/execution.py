@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.fast.arrays import broadcast_shape
 from costmodel.inputs import dtypes
 from costmodel.inputs.hardware import Hardware
 from costmodel.inputs.model import Model
@@ -266,10 +267,12 @@ def _along(shape: tuple, values: list):
     arrs = [np.asarray(v, dtype=float) for v in values]
     if all(a.ndim == 0 for a in arrs) and len({a.tobytes() for a in arrs}) == 1:
         return first
-    full = np.broadcast_shapes(shape, *(a.shape for a in arrs))
+    full = broadcast_shape(shape, *(a.shape for a in arrs))
     out = np.empty(full)
     axis = len(full) - len(shape) + next(i for i, n in enumerate(shape) if n > 1)
     for i, a in enumerate(arrs):
         sl = (slice(None),) * axis + (slice(i, i + 1),)
-        out[sl] = np.broadcast_to(a, full)[sl]
+        k = axis - (len(full) - a.ndim)          # the dtype axis among a's own dimensions (< 0: none)
+        # a constant along the dtype axis broadcasts into its slot as it is (the same elements)
+        out[sl] = a if k < 0 or a.shape[k] == 1 else np.broadcast_to(a, full)[sl]
     return out

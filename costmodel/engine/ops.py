@@ -36,6 +36,7 @@ import numpy as np
 
 from costmodel.engine.execution import Exec
 from costmodel.engine.kv_reads import gqa_extra_bytes
+from costmodel.fast.arrays import broadcast_shape
 
 
 @dataclass
@@ -83,7 +84,7 @@ class AffineOp(Op):
 
     def _new_hbm_bytes(self):
         t = self.h1 * self.x
-        if type(t) is np.ndarray and t.ndim and np.broadcast_shapes(np.shape(self.h0), t.shape) == t.shape:
+        if type(t) is np.ndarray and t.ndim and broadcast_shape(np.shape(self.h0), t.shape) == t.shape:
             return np.add(self.h0, t, out=t)          # h0 + h1·x, the product's array reused
         return self.h0 + t
 

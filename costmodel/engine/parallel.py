@@ -75,6 +75,7 @@ import math
 
 import numpy as np
 
+from costmodel.fast.arrays import broadcast_shape
 from costmodel.inputs.hardware import Hardware, HardwareStack, Link
 
 ALGORITHMS = ("auto", "ring", "tree", "custom")
@@ -204,7 +205,7 @@ def _per_element(hw, n, pick) -> Link:
     α and β are arrays of their broadcast shape."""
     stack = isinstance(hw, HardwareStack)
     members, hshape = (hw.members, hw.shape) if stack else ((hw,), ())
-    shape = np.broadcast_shapes(hshape, np.shape(n))
+    shape = broadcast_shape(hshape, np.shape(n))
     # element by element in C order (np.ndindex's), as Python ints; each (device, count) picked once
     which = np.broadcast_to(np.arange(len(members)).reshape(hshape) if stack else 0, shape).ravel().tolist()
     counts = np.broadcast_to(n, shape).ravel().tolist()

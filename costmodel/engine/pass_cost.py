@@ -156,7 +156,7 @@ def _memory_bound(op, ex: Exec, l2_not_slower: bool):
     if np.ndim(peak) or np.ndim(bw) or not (0.0 < float(bw) < math.inf and float(peak) < math.inf) or \
             not r * float(bw) * (1.0 + _DOMINANCE_MARGIN) < float(peak):
         return None
-    if np.broadcast_shapes(np.shape(op.flops), np.shape(op.hbm_bytes)) != np.shape(op.hbm_bytes):
+    if broadcast_shape(np.shape(op.flops), np.shape(op.hbm_bytes)) != np.shape(op.hbm_bytes):
         return None                    # the reference's terms would broadcast to a larger shape
     t = memory_term_s(np.asarray(op.hbm_bytes, dtype=float), bw)
     return (t, np.intp(1)) if type(t) is np.ndarray and t.ndim else None

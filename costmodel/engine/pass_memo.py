@@ -33,16 +33,20 @@ SHARED_PASSES = 16
 #: default) hold ~10 such arrays per pass, and each piece has arrays of its own (nothing to share)
 SHARED_MAX_ELEMENTS = 1 << 14
 _MEMO: contextvars.ContextVar = contextvars.ContextVar("costmodel_shared_passes", default=None)
+#: most Execs kept within one :func:`shared_passes` block (least recently used dropped first)
+SHARED_EXECS = 32
+_EXECS: contextvars.ContextVar = contextvars.ContextVar("costmodel_shared_execs", default=None)
 
 
 @contextlib.contextmanager
 def shared_passes():
     """Within the block, functions wrapped by :func:`shared` price each key once (module docstring).
     Outside it they run every time."""
-    token = _MEMO.set(OrderedDict())
+    token, token_execs = _MEMO.set(OrderedDict()), _EXECS.set(OrderedDict())
     try:
         yield
     finally:
+        _EXECS.reset(token_execs)
         _MEMO.reset(token)
 
 
@@ -96,6 +100,24 @@ def shared_call(name: str, key, compute, keep=None):
                 memo.popitem(last=False)
     else:
         memo.move_to_end(k)
+    return hit
+
+
+def shared_exec(key, build):
+    """``build()`` (a record's Execs), once per ``key`` (:func:`value_key` of every field that decides
+    them) within :func:`shared_passes`, every time outside it: blocks of one sweep over the same
+    stacked devices, dtypes and device counts then hold the same Exec objects, whose derived figures
+    are computed once. Kept apart from the passes (their own SHARED_EXECS entries)."""
+    memo = _EXECS.get()
+    if memo is None:
+        return build()
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = build()
+        if len(memo) > SHARED_EXECS:
+            memo.popitem(last=False)
+    else:
+        memo.move_to_end(key)
     return hit
 
 
