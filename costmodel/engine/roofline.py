@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.fast.arrays import add, bcast, compact, max_argmax, multiply
+from costmodel.fast.arrays import add, bcast, compact_as, max_argmax, multiply
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import PassShape, kernel_count, layer_ops
 
@@ -77,7 +77,7 @@ class Cost:
         """Index into :data:`BOUNDS` of the resource with the most attributed time (the first on a
         tie), per element: int8, shaped like ``time_s`` (possibly a broadcast view)."""
         shape = np.shape(self.time_s)
-        fast = max_argmax([compact(bcast(self.by_bound[b], shape)) for b in BOUNDS], max_wanted=False)
+        fast = max_argmax([compact_as(self.by_bound[b], shape) for b in BOUNDS], max_wanted=False)
         if fast is not None:
             return np.broadcast_to(np.asarray(fast[1], dtype=np.int8), shape)
         stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])

@@ -123,6 +123,20 @@ def compact(a: np.ndarray) -> np.ndarray:
     return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
 
 
+def compact_as(a, shape) -> np.ndarray:
+    """compact(bcast(a, shape)) without building the broadcast view: ``a`` as float, left-padded with
+    unit dimensions to ``shape``'s length, each zero-stride dimension cut to one element (the same
+    shape and elements as the compacted broadcast; ``a`` must broadcast to ``shape``)."""
+    a = np.asarray(a, dtype=float)
+    if a.shape != shape:
+        k = len(shape) - a.ndim
+        if k < 0 or any(x != y and x != 1 for x, y in zip(a.shape, shape[k:])):
+            return compact(bcast(a, shape))        # does not broadcast: bcast raises
+        if k:
+            a = a[(None,) * k]
+    return compact(a)
+
+
 def max_argmax(terms, new_terms: tuple = (), max_wanted: bool = True):
     """(max, first argmax) over ``terms`` elementwise, equal to np.stack(...).max(0) / .argmax(0)
     of the broadcast terms, without materialising the stack; the argmax may have a smaller shape

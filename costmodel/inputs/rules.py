@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.errors import InputError
-from costmodel.inputs.fields import DRAFT_KINDS
+from costmodel.inputs.fields import DRAFT_KINDS, HEAD_DRAFTS, WEIGHTLESS_DRAFTS
 
 #: α and τ given together may differ by this fraction of τ
 TAU_TOLERANCE = 0.05
@@ -254,7 +254,6 @@ def check_positions(r, src: str) -> None:
 def check_draft_fields(r, src: str) -> None:
     """draft_tensor_parallel shards a draft model (not a head, ``none``, ``suffix`` or ``self``);
     draft_vocab_size belongs to an eagle3 head."""
-    from costmodel.inputs.fields import HEAD_DRAFTS, WEIGHTLESS_DRAFTS
     spec = r.strategy in ("speculative", "tree")
     if r.draft_tensor_parallel != 1 and (not spec or r.draft_model in HEAD_DRAFTS + WEIGHTLESS_DRAFTS):
         raise InputError(f"draft_tensor_parallel {r.draft_tensor_parallel} needs a draft model of its own",
