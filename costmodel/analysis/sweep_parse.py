@@ -11,7 +11,8 @@ import itertools
 
 from costmodel.analysis.sweep_output import _SOURCE
 from costmodel.errors import InputError, again, kept
-from costmodel.inputs.record import Record, parse_record
+from costmodel.engine.evaluate import _execs, execs_refusal
+from costmodel.inputs.record import Record, parse_changed, parse_record
 
 #: labels already written (text and int values only), at most _MAX_LABELS: a plan asks for a group's
 #: label once per block and per refused device
@@ -119,8 +120,6 @@ def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = Fals
     v = d[name]
     if isinstance(v, str) and not v.strip() or v is None:
         return _parse(d, pairs, execs)
-    from costmodel.inputs.record import parse_changed
-
     def compute():
         got = parse_changed(rec, name, v, _label(pairs))
         return _with_execs(got, pairs) if execs else got
@@ -138,8 +137,6 @@ def refusal_one_changed(rec: Record, name: str, d: dict, pairs) -> str | None:
             return None
         except InputError as exc:
             return str(exc)
-    from costmodel.engine.evaluate import execs_refusal
-    from costmodel.inputs.record import parse_changed
     label = _label(pairs)
     try:
         got = parse_changed(rec, name, v, label)
@@ -151,7 +148,6 @@ def refusal_one_changed(rec: Record, name: str, d: dict, pairs) -> str | None:
 
 def _with_execs(rec: Record, pairs) -> Record:
     """``rec`` once the model's and draft's execution build (InputError naming the group otherwise)."""
-    from costmodel.engine.evaluate import _execs
     try:
         _execs(rec)
     except InputError as exc:

@@ -9,13 +9,14 @@ one device with the larger counts, its all-reduce 0 s); and the ``weight_dtype``
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, canonical_value
 from costmodel.analysis.sweep_parse import _PARSED, _any_row, _label, _parse, parse_one_changed, refusal_one_changed
+from costmodel.engine.evaluate import _execs, allreduce_for, hardware_signature
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
+from costmodel.inputs.record import with_fields
 
 
 def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict: bool):
@@ -58,7 +59,6 @@ def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict:
 
 
 def _custom_allreduce(rec) -> bool:
-    from costmodel.engine.evaluate import allreduce_for
     from costmodel.inputs.runtime import load_runtime
     return allreduce_for(rec, load_runtime(rec.runtime)) == "custom"
 
@@ -144,7 +144,6 @@ def _devices(raw: list, mode) -> list:
 def _by_signature(rec, devices: list) -> dict:
     """{signature: indices of the devices the engine prices alike for ``rec``} (one group, None, when
     the sweep has no hardware axis)."""
-    from costmodel.engine.evaluate import hardware_signature
     parts: dict = {}
     for j, d in enumerate(devices):
         parts.setdefault(None if d is None else hardware_signature(rec, d), []).append(j)
@@ -243,8 +242,6 @@ def _dtype_key(b):
 
 def _dtype_ok(rec) -> bool:
     """The record's weight dtype stacks: it has a signature, and its Execs' dtype figures build."""
-    from costmodel.engine.evaluate import _execs
-
     if dtypes.stack_signature(rec.weight_dtype) is None:
         return False
     try:
@@ -258,7 +255,7 @@ def _dtype_ok(rec) -> bool:
 
 
 def _same_but_dtype(b, first) -> bool:
-    return dataclasses.replace(b.rec, weight_dtype=first.rec.weight_dtype) == first.rec
+    return with_fields(b.rec, weight_dtype=first.rec.weight_dtype) == first.rec
 
 
 def _merged(run: list, names: list):
