@@ -249,9 +249,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         done += rows
         if progress is not None:
             progress(done, total)
-    cols.finish()
-    if invalid.mask is not None:
-        cols.blank(invalid.mask)
+    cols.finish(invalid.mask)             # the invalid rows' outputs blanked (NaN, None)
     axis_cols = {}
     for k, a in enumerate(axes_l):
         vals = axis_array(a)

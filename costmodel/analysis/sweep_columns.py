@@ -126,10 +126,12 @@ class Columns:
             mask[w] = True
         a[~mask] = np.nan if array_kind(a) == "f" else None
 
-    def blank(self, mask) -> None:
+    def blank(self, mask, skip=()) -> None:
         """Rows where ``mask`` holds have no outputs: NaN (bool and int columns become object and
-        float), None in text columns."""
+        float), None in text columns (``skip``: keys left as they are)."""
         for key, a in list(self.cols.items()):
+            if key in skip:
+                continue
             kind = array_kind(a)
             if kind in "bi":
                 a = a.astype(float) if kind == "i" else a.astype(object)
@@ -139,15 +141,22 @@ class Columns:
                 a[mask] = None
             self.cols[key] = a
 
-    def finish(self):
+    def finish(self, mask=None):
+        """The columns as returned: bound codes turned into text, bool and int columns that some rows
+        lack widened; with ``mask`` (invalid rows) those rows blanked (:meth:`blank`; a bound code
+        there is set to -1 first, read as None, instead of writing None into the text)."""
         for key, a in list(self.cols.items()):
             if key in self.coded:
+                if mask is not None:
+                    np.putmask(a, mask, np.int8(-1))
                 self.cols[key] = CODE_TEXT[a]
                 continue
             if self.written[key] < self.n and array_kind(a) in "bi":
                 new = a.astype(float) if array_kind(a) == "i" else a.astype(object)
                 self._fill_missing(key, new)
                 self.cols[key] = new
+        if mask is not None:
+            self.blank(mask, skip=self.coded)
 
 
 # ----------------------------------------------------------------------------------------- axes
