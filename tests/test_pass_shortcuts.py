@@ -268,3 +268,89 @@ def test_pairs_per_kv_token_bound_by_hand():
     # the bound holds element by element for the decode shape it describes
     sh = decode_shape(B, 3.0, L)
     assert np.all(sh.pairs / sh.kv_hbm_tokens <= sh.max_pairs_per_kv_token)
+
+
+def _stacked_exec(devices=("a100-80gb", "h100-sxm", "t4", "l4", "mi300x"), **kw):
+    """An Exec over several devices as one HardwareStack (the devices along axis 0: rates are arrays)."""
+    from costmodel.inputs.hardware import load_hardware, stack_hardware
+    from costmodel.inputs.record import with_fields
+    rec = parse_record(dict(dict(model="llama-2-7b", hardware=devices[0]), batch_size=1, prompt_len=1, **kw))
+    stack = stack_hardware([load_hardware(d) for d in devices], (len(devices), 1))
+    return build_exec(with_fields(rec, hardware=stack))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(weight_dtype="int4"), dict(n_devices=2)])
+def test_gemm_on_arrays_equals_the_stacked_terms(kw):
+    """A decoding pass's GEMMs over stacked devices (array rates: the ridge-crossing shortcut, which
+    needs scalar rates, declines them) and a batch of 1 .. 4096 sequences: the array shortcut prices
+    every one, its time and bound the stacked max/argmax of the four terms element for element, and
+    both bounds occur (a T4 runs out of FLOPs at a smaller batch than an MI300X)."""
+    ex = _stacked_exec(**kw)
+    batch = np.asarray([1.0, 2.0, 8.0, 64.0, 512.0, 4096.0]).reshape(1, -1)
+    bounds = set()
+    ops = [op for op in layer_ops(decode_shape(batch, 1.0, 1024.0 + batch * 0.0), ex) if op.kind == "matrix"]
+    assert len(ops) >= 4
+    for op in ops:
+        got = pc._gemm_on_arrays(op, ex)
+        assert got is not None, op.name
+        want_t, want_i = _ref_op_time(op, ex)
+        assert _bits_equal(got[0], want_t), op.name
+        assert np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i), op.name
+        bounds |= set(np.unique(want_i).tolist())
+    assert bounds == {0, 1}
+
+
+def test_gemm_on_arrays_on_random_coefficients():
+    """Seeded random GEMMs (coefficients over 12 decades) on stacked devices: whenever the shortcut
+    answers, its answer is the stacked max/argmax bit for bit; it answers nearly all of them."""
+    ex = _stacked_exec()
+    rng = np.random.default_rng(11)
+    answered = 0
+    for _ in range(300):
+        x = np.sort(10 ** rng.uniform(0, 6, 40)).reshape(1, -1)
+        f1, h0, h1 = 10 ** rng.uniform(0, 12), 10 ** rng.uniform(0, 12) * rng.integers(0, 2), 10 ** rng.uniform(-3, 6)
+        op = AffineOp("r", "matrix", 1, x, f1=f1, h0=h0, h1=h1, dequant_flops=float(rng.integers(0, 2)) * 1e6)
+        got = pc._gemm_on_arrays(op, ex)
+        if got is None:
+            continue
+        answered += 1
+        want_t, want_i = _ref_op_time(op, ex)
+        assert _bits_equal(got[0], want_t) and np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i)
+    assert answered >= 290
+
+
+def test_gemm_on_arrays_declines_what_it_cannot_show():
+    """Declined (None, the plain path): communication of its own, one configuration (scalar terms),
+    a term whose square would underflow (10⁻¹⁸⁰ s) or overflow, a NaN, a negative coefficient."""
+    ex = _stacked_exec()
+    x = np.asarray([1.0, 16.0, 256.0]).reshape(1, -1)
+
+    def gemm(xs=x, **kw):
+        args = dict(f1=2e8, h0=2e8, h1=4096.0)
+        args.update(kw)
+        return AffineOp("g", "matrix", 1, xs, **args)
+
+    assert pc._gemm_on_arrays(gemm(), ex) is not None
+    op = gemm()
+    op.comm_s = 1e-6
+    assert pc._gemm_on_arrays(op, ex) is None
+    assert pc._gemm_on_arrays(gemm(xs=np.float64(16.0)), _exec()) is None    # one device, one batch: 0-d terms
+    assert pc._gemm_on_arrays(gemm(f1=1e-180, h0=0.0, h1=1e-180), ex) is None
+    assert pc._gemm_on_arrays(gemm(f1=1e300, h0=0.0, h1=1e300), ex) is None
+    assert pc._gemm_on_arrays(gemm(xs=np.asarray([[1.0, math.nan]])), ex) is None
+    assert pc._gemm_on_arrays(gemm(f1=-2e8), ex) is None
+
+
+def test_gemm_on_arrays_tie_is_compute_bound():
+    """c = m in every element (FLOPs equal to bytes at a unit rate equal to the HBM rate: the same
+    quotient): the time is √(2)·m and the bound compute (0), the first of equal terms, as the stacked
+    argmax gives."""
+    ex = _stacked_exec()
+    x = np.asarray([1.0, 16.0, 256.0]).reshape(1, -1)
+    op = AffineOp("g", "matrix", 1, x, f1=2e8, h0=2e8, h1=4096.0)
+    op.flops = op.hbm_bytes
+    op.unit_flops_per_s = ex.hbm_bytes_per_s
+    t, idx = pc._gemm_on_arrays(op, ex)
+    want_t, want_i = _ref_op_time(op, ex)
+    assert not np.any(want_i) and not np.any(idx)
+    assert _bits_equal(t, want_t)

@@ -8,7 +8,8 @@ skipped +0.0 contributions and max/argmax without stacking for arrays; an affine
 (:class:`costmodel.engine.ops.AffineOp`, a GEMM or an elementwise kernel) whose binding term wins by a
 margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`), a GEMM
 whose binding term changes inside the range gets √(c² + m²) without comparing the terms
-(:func:`_gemm_across_ridge`), and an operator whose FLOPs per byte are bounded below the ridge
+(:func:`_gemm_across_ridge`; with array rates, stacked devices, read off the terms' extremes:
+:func:`_gemm_on_arrays`), and an operator whose FLOPs per byte are bounded below the ridge
 (attention, from its pass's pairs per KV token) gets its memory term alone (:func:`_memory_bound`);
 a small term that nowhere exceeds the running maximum is skipped after two reductions; a pass
 whose host time is below its device time everywhere skips the zero wait; the work totals of
@@ -50,6 +51,10 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
         # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
         # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
         # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
+        if op.kind == "matrix":
+            got = _gemm_on_arrays(op, ex)
+            if got is not None:
+                return got
         a, b, _c, d = op_terms(op, ex, with_l2=False)
         fast = max_argmax((a, b, _ZERO, d), new_terms=(0, 1))
     else:
@@ -58,6 +63,26 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
         return fast
     stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))   # afresh: the first may be overwritten
     return stack.max(axis=0), stack.argmax(axis=0)
+
+
+def _gemm_on_arrays(op, ex: Exec):
+    """(√(c² + m²), 1 where c < m else 0) of a GEMM with array terms, no link time (+0.0) and no
+    L2 term that can bind (the caller's test), when every c is >= 0 and every c and m lies in
+    [_SQUARE_SAFE_S, 1/_SQUARE_SAFE_S] (c may be 0): :func:`_op_time`'s answer, by the argument of
+    :func:`_gemm_across_ridge` read off the arrays' own extremes (four reductions) instead of an
+    affine range's ends; rates may be arrays (stacked devices). None otherwise."""
+    cm = op.comm_s
+    if np.ndim(cm) or float(cm) != 0.0 or math.copysign(1.0, float(cm)) < 0.0:
+        return None
+    c = np.asarray(compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops),
+                                  unit_flops_per_s(op, ex), ex.vector_flops_per_s), dtype=float)
+    m = np.asarray(memory_term_s(np.asarray(op.hbm_bytes, dtype=float), ex.hbm_bytes_per_s), dtype=float)
+    if not (c.ndim or m.ndim):
+        return None                   # one configuration: the plain path
+    c_lo, m_lo = float(c.min()), float(m.min())
+    if not (c_lo >= 0.0 and m_lo >= _SQUARE_SAFE_S and max(float(c.max()), float(m.max())) <= 1.0 / _SQUARE_SAFE_S):
+        return None                   # (a NaN fails every comparison)
+    return gemm_time_s(c, m), np.less(c, m).view(np.int8)
 
 
 #: relative margin by which a term must beat every other at both ends of the range (see _dominant_term)
