@@ -166,11 +166,9 @@ def _execs_or_refusal(rec: Record):
     try:
         hit = _EXEC_CACHE.get(key)
     except TypeError:                    # a field holds an unhashable object (e.g. a HardwareStack)
-        if _SHARE_EXECS:
-            from costmodel.engine.pass_memo import shared_exec, value_key
-            hit = shared_exec(tuple(value_key(v) for v in key), lambda: _build_execs(rec))
-        else:
-            hit = _build_execs(rec)
+        from costmodel.engine.pass_memo import shared_exec
+        ex = shared_exec(build_exec(rec))   # within a sweep, an equal Exec built before: its figures kept
+        hit = (ex, shared_exec(build_draft(rec, ex)))
         _EXEC_LAST[0] = (rec, hit)
         return hit
     if hit is None:
@@ -187,14 +185,6 @@ def _execs_or_refusal(rec: Record):
     if not isinstance(hit, InputError):
         _EXEC_LAST[0] = (rec, hit)
     return hit
-
-
-_SHARE_EXECS = True
-
-
-def _build_execs(rec: Record) -> tuple:
-    ex = build_exec(rec)
-    return ex, build_draft(rec, ex)
 
 
 def _specs_load(rec: Record) -> bool:

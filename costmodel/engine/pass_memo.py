@@ -103,17 +103,19 @@ def shared_call(name: str, key, compute, keep=None):
     return hit
 
 
-def shared_exec(key, build):
-    """``build()`` (a record's Execs), once per ``key`` (:func:`value_key` of every field that decides
-    them) within :func:`shared_passes`, every time outside it: blocks of one sweep over the same
-    stacked devices, dtypes and device counts then hold the same Exec objects, whose derived figures
-    are computed once. Kept apart from the passes (their own SHARED_EXECS entries)."""
+def shared_exec(ex):
+    """``ex`` (an Exec, or None), or within :func:`shared_passes` the first Exec equal to it in every
+    field (:func:`exec_key`): blocks of one sweep over the same model, stacked devices, dtypes and
+    device counts (an autoregressive block and a speculative one, speculative blocks' drafts) then
+    hold the same Exec object, whose derived figures (``functools.cached_property``) are computed
+    once. Kept apart from the passes (their own SHARED_EXECS entries)."""
     memo = _EXECS.get()
-    if memo is None:
-        return build()
+    if memo is None or ex is None:
+        return ex
+    key = exec_key(ex)
     hit = memo.get(key)
     if hit is None:
-        hit = memo[key] = build()
+        hit = memo[key] = ex
         if len(memo) > SHARED_EXECS:
             memo.popitem(last=False)
     else:
