@@ -104,13 +104,49 @@ def _memo(d: dict, pairs, execs: bool, compute) -> Record:
 
 
 def _parse_now(d: dict, pairs, execs: bool) -> Record:
+    memo = _PARSED.get()
+    last = None if memo is None else memo.get(_LAST)
+    name = None if last is None else _one_changed(last[0], d)
+    if name is not None and name not in last[1].__dict__:
+        name = None                      # not a field's own name (parse_record strips and checks keys)
     try:
-        rec = parse_record(d, source=_label(pairs))
+        if name is not None:             # the last mapping that parsed, one field changed: that field parsed
+            rec = parse_changed(last[1], name, d[name], _label(pairs))
+        else:
+            rec = parse_record(d, source=_label(pairs))
     except InputError:
         raise
     except (TypeError, ValueError) as exc:      # pragma: no cover - parse_record raises InputError
         raise InputError(str(exc), source=_label(pairs)) from None
+    if memo is not None:
+        memo[_LAST] = (dict(d), rec)
     return _with_execs(rec, pairs) if execs else rec
+
+
+#: the plan's lookup keeps the last mapping that parsed, and its record, under this key
+_LAST = object()
+
+
+def _one_changed(before: dict, d: dict):
+    """The one field whose value differs between two mappings with the same fields in the same order
+    (values compared with their types: 1 and 1.0 differ), when it is not empty; else None."""
+    if len(before) != len(d):
+        return None
+    changed = None
+    for (k0, v0), (k, v) in zip(before.items(), d.items()):
+        if k0 != k:
+            return None
+        try:
+            if v0 is v or (type(v0) is type(v) and bool(v0 == v)):
+                continue
+        except (TypeError, ValueError):  # values that do not compare as one truth value (arrays)
+            return None
+        if changed is not None:
+            return None
+        changed = k
+    if changed is None or d[changed] is None or isinstance(d[changed], str) and not d[changed].strip():
+        return None
+    return changed
 
 
 def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = False) -> Record:
