@@ -246,6 +246,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
             for key, v in res.items():
                 if key not in axes:
                     cols.put(key, w, rows * (e - s) // n, v if k is None else _run_of(v, k, s, e, len(b.vec)))
+            cols.wrote(w)
         done += rows
         if progress is not None:
             progress(done, total)

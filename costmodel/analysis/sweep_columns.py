@@ -53,6 +53,7 @@ class Columns:
         self.written: dict = {}
         self.coded: set = set()
         self._slab: list = []
+        self.rows_written = None          # multi: the rows some block wrote (:meth:`wrote`)
 
     def _float_column(self) -> np.ndarray:
         """A new float column. Below ``SLAB_BELOW_BYTES`` a column is the next row of a slab of
@@ -92,6 +93,14 @@ class Columns:
         if self.multi:
             self.wheres[key].append(where)
 
+    def wrote(self, where) -> None:
+        """A block wrote its outputs at ``where`` (kept with several blocks: the rows a blank must
+        reach; every other row holds NaN / None / -1 from the start)."""
+        if self.multi:
+            if self.rows_written is None:
+                self.rows_written = np.zeros(self.shape, dtype=bool)
+            self.rows_written[where] = True
+
     def _put_code(self, key, where, rows, value):
         a = self.cols.get(key)
         if a is None:
@@ -126,28 +135,39 @@ class Columns:
             mask[w] = True
         a[~mask] = np.nan if array_kind(a) == "f" else None
 
-    def blank(self, mask, skip=()) -> None:
+    def blank(self, mask, skip=(), rows=None) -> None:
         """Rows where ``mask`` holds have no outputs: NaN (bool and int columns become object and
-        float), None in text columns (``skip``: keys left as they are)."""
+        float), None in text columns (``skip``: keys left as they are). ``rows``: the flat indices
+        of the rows to write (those of ``mask`` that hold anything else), instead of ``mask``."""
         for key, a in list(self.cols.items()):
             if key in skip:
                 continue
             kind = array_kind(a)
             if kind in "bi":
                 a = a.astype(float) if kind == "i" else a.astype(object)
-            if array_kind(a) == "f":
-                np.putmask(a, mask, np.nan)         # one pass, no index array built
-            else:
+            blank = np.nan if array_kind(a) == "f" else None
+            if rows is not None and a.flags.c_contiguous:
+                a.reshape(-1)[rows] = blank
+            elif blank is None:
                 a[mask] = None
+            else:
+                np.putmask(a, mask, np.nan)         # one pass, no index array built
             self.cols[key] = a
 
     def finish(self, mask=None):
         """The columns as returned: bound codes turned into text, bool and int columns that some rows
         lack widened; with ``mask`` (invalid rows) those rows blanked (:meth:`blank`; a bound code
         there is set to -1 first, read as None, instead of writing None into the text)."""
+        rows = None
+        if mask is not None and self.multi:
+            # several blocks: a row no block wrote is blank already (NaN, None, code -1)
+            rows = np.flatnonzero(mask & self.rows_written) if self.rows_written is not None else \
+                np.zeros(0, dtype=np.intp)
         for key, a in list(self.cols.items()):
             if key in self.coded:
-                if mask is not None:
+                if rows is not None and a.flags.c_contiguous:
+                    a.reshape(-1)[rows] = -1
+                elif mask is not None:
                     np.putmask(a, mask, np.int8(-1))
                 self.cols[key] = CODE_TEXT[a]
                 continue
@@ -156,7 +176,7 @@ class Columns:
                 self._fill_missing(key, new)
                 self.cols[key] = new
         if mask is not None:
-            self.blank(mask, skip=self.coded)
+            self.blank(mask, skip=self.coded, rows=rows)
 
 
 # ----------------------------------------------------------------------------------------- axes
