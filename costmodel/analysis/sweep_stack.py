@@ -98,9 +98,9 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
         rec, devices = got
     if rec.strategy == "tree" and rec.tree_shape == "optimal_for_hardware":
         return None
-    # the run's other device counts (they parse: device_runs)
+    # the run's other device counts (device_runs parsed them with their Execs: looked up)
     ns = [rec.n_devices] + [parse_one_changed(rec, "n_devices", {**base, **gvals(0, c), **first},
-                                              list(gvals(0, c).items())).n_devices for c in counts[1:]]
+                                              list(gvals(0, c).items()), execs=True).n_devices for c in counts[1:]]
     loop = [a for a in numeric if a.name in TREE_LOOP] if rec.strategy == "tree" else []
     vec = [a.name for a in axes if a is hw or a is nd or (a.numeric and a not in loop)]
     blocks = []
