@@ -280,7 +280,7 @@ def _stacked_exec(devices=("a100-80gb", "h100-sxm", "t4", "l4", "mi300x"), **kw)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(weight_dtype="int4"), dict(n_devices=2)])
-def test_gemm_on_arrays_equals_the_stacked_terms(kw):
+def test_two_terms_on_arrays_equals_the_stacked_terms(kw):
     """A decoding pass's GEMMs over stacked devices (array rates: the ridge-crossing shortcut, which
     needs scalar rates, declines them) and a batch of 1 .. 4096 sequences: the array shortcut prices
     every one, its time and bound the stacked max/argmax of the four terms element for element, and
@@ -291,7 +291,7 @@ def test_gemm_on_arrays_equals_the_stacked_terms(kw):
     ops = [op for op in layer_ops(decode_shape(batch, 1.0, 1024.0 + batch * 0.0), ex) if op.kind == "matrix"]
     assert len(ops) >= 4
     for op in ops:
-        got = pc._gemm_on_arrays(op, ex)
+        got = pc._two_terms_on_arrays(op, ex)
         assert got is not None, op.name
         want_t, want_i = _ref_op_time(op, ex)
         assert _bits_equal(got[0], want_t), op.name
@@ -300,7 +300,7 @@ def test_gemm_on_arrays_equals_the_stacked_terms(kw):
     assert bounds == {0, 1}
 
 
-def test_gemm_on_arrays_on_random_coefficients():
+def test_two_terms_on_arrays_on_random_coefficients():
     """Seeded random GEMMs (coefficients over 12 decades) on stacked devices: whenever the shortcut
     answers, its answer is the stacked max/argmax bit for bit; it answers nearly all of them."""
     ex = _stacked_exec()
@@ -310,7 +310,7 @@ def test_gemm_on_arrays_on_random_coefficients():
         x = np.sort(10 ** rng.uniform(0, 6, 40)).reshape(1, -1)
         f1, h0, h1 = 10 ** rng.uniform(0, 12), 10 ** rng.uniform(0, 12) * rng.integers(0, 2), 10 ** rng.uniform(-3, 6)
         op = AffineOp("r", "matrix", 1, x, f1=f1, h0=h0, h1=h1, dequant_flops=float(rng.integers(0, 2)) * 1e6)
-        got = pc._gemm_on_arrays(op, ex)
+        got = pc._two_terms_on_arrays(op, ex)
         if got is None:
             continue
         answered += 1
@@ -319,7 +319,7 @@ def test_gemm_on_arrays_on_random_coefficients():
     assert answered >= 290
 
 
-def test_gemm_on_arrays_declines_what_it_cannot_show():
+def test_two_terms_on_arrays_declines_what_it_cannot_show():
     """Declined (None, the plain path): communication of its own, one configuration (scalar terms),
     a term whose square would underflow (10⁻¹⁸⁰ s) or overflow, a NaN, a negative coefficient."""
     ex = _stacked_exec()
@@ -330,18 +330,18 @@ def test_gemm_on_arrays_declines_what_it_cannot_show():
         args.update(kw)
         return AffineOp("g", "matrix", 1, xs, **args)
 
-    assert pc._gemm_on_arrays(gemm(), ex) is not None
+    assert pc._two_terms_on_arrays(gemm(), ex) is not None
     op = gemm()
     op.comm_s = 1e-6
-    assert pc._gemm_on_arrays(op, ex) is None
-    assert pc._gemm_on_arrays(gemm(xs=np.float64(16.0)), _exec()) is None    # one device, one batch: 0-d terms
-    assert pc._gemm_on_arrays(gemm(f1=1e-180, h0=0.0, h1=1e-180), ex) is None
-    assert pc._gemm_on_arrays(gemm(f1=1e300, h0=0.0, h1=1e300), ex) is None
-    assert pc._gemm_on_arrays(gemm(xs=np.asarray([[1.0, math.nan]])), ex) is None
-    assert pc._gemm_on_arrays(gemm(f1=-2e8), ex) is None
+    assert pc._two_terms_on_arrays(op, ex) is None
+    assert pc._two_terms_on_arrays(gemm(xs=np.float64(16.0)), _exec()) is None    # one device, one batch: 0-d terms
+    assert pc._two_terms_on_arrays(gemm(f1=1e-180, h0=0.0, h1=1e-180), ex) is None
+    assert pc._two_terms_on_arrays(gemm(f1=1e300, h0=0.0, h1=1e300), ex) is None
+    assert pc._two_terms_on_arrays(gemm(xs=np.asarray([[1.0, math.nan]])), ex) is None
+    assert pc._two_terms_on_arrays(gemm(f1=-2e8), ex) is None
 
 
-def test_gemm_on_arrays_tie_is_compute_bound():
+def test_two_terms_on_arrays_tie_is_compute_bound():
     """c = m in every element (FLOPs equal to bytes at a unit rate equal to the HBM rate: the same
     quotient): the time is √(2)·m and the bound compute (0), the first of equal terms, as the stacked
     argmax gives."""
@@ -350,7 +350,47 @@ def test_gemm_on_arrays_tie_is_compute_bound():
     op = AffineOp("g", "matrix", 1, x, f1=2e8, h0=2e8, h1=4096.0)
     op.flops = op.hbm_bytes
     op.unit_flops_per_s = ex.hbm_bytes_per_s
-    t, idx = pc._gemm_on_arrays(op, ex)
+    t, idx = pc._two_terms_on_arrays(op, ex)
     want_t, want_i = _ref_op_time(op, ex)
     assert not np.any(want_i) and not np.any(idx)
     assert _bits_equal(t, want_t)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(weight_dtype="int8"), dict(n_devices=2)])
+def test_two_terms_on_arrays_other_kernels_equal_the_stacked_terms(kw):
+    """A decoding pass's elementwise kernels (norms, activation, embedding) and, where it has no L2
+    term, its attention, over stacked devices and a batch of 1 .. 4096: the larger of the compute
+    and memory terms and its index, element for element the stacked max/argmax of the four terms."""
+    from costmodel.engine.ops import Op
+    ex = _stacked_exec(**kw)
+    batch = np.asarray([1.0, 2.0, 8.0, 64.0, 512.0, 4096.0]).reshape(1, -1)
+    ops = [op for op in layer_ops(decode_shape(batch, 1.0, 1024.0 + batch * 0.0), ex) if op.kind == "vector"]
+    ops.append(Op("attn", "attention", 1, flops=np.outer(np.arange(1.0, 6.0), batch.ravel()) * 1e9,
+                  hbm_bytes=np.outer(np.ones(5), batch.ravel()) * 4e6, unit_flops_per_s=ex.attention_matrix_flops_per_s))
+    assert len(ops) >= 3
+    bounds = set()
+    for op in ops:
+        got = pc._two_terms_on_arrays(op, ex)
+        assert got is not None, op.name
+        want_t, want_i = _ref_op_time(op, ex)
+        assert _bits_equal(got[0], want_t), op.name
+        assert np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i), op.name
+        bounds |= set(np.unique(want_i).tolist())
+    assert bounds == {0, 1}
+
+
+def test_two_terms_on_arrays_other_kernels_decline_and_tie():
+    """An elementwise kernel with a NaN or a -0.0 term, or with link time, is declined; a tie (c = m
+    in every element: FLOPs equal to bytes at a unit rate equal to the HBM rate) is bound by compute
+    (0), the first of equal terms."""
+    from costmodel.engine.ops import Op
+    ex = _stacked_exec()
+    x = np.asarray([[1.0, 16.0, 256.0]])
+    assert pc._two_terms_on_arrays(Op("v", "vector", 1, flops=x, hbm_bytes=x * 8.0), ex) is not None
+    assert pc._two_terms_on_arrays(Op("v", "vector", 1, flops=x, hbm_bytes=x * math.nan), ex) is None
+    assert pc._two_terms_on_arrays(Op("v", "vector", 1, flops=x * -0.0, hbm_bytes=x), ex) is None
+    assert pc._two_terms_on_arrays(Op("v", "vector", 1, flops=x, hbm_bytes=x, comm_s=1e-6), ex) is None
+    tie = Op("a", "attention", 1, flops=x * 4e6, hbm_bytes=x * 4e6, unit_flops_per_s=ex.hbm_bytes_per_s)
+    t, idx = pc._two_terms_on_arrays(tie, ex)
+    want_t, want_i = _ref_op_time(tie, ex)
+    assert not np.any(want_i) and not np.any(idx) and _bits_equal(t, want_t)

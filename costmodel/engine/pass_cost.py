@@ -9,7 +9,7 @@ skipped +0.0 contributions and max/argmax without stacking for arrays; an affine
 margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`), a GEMM
 whose binding term changes inside the range gets √(c² + m²) without comparing the terms
 (:func:`_gemm_across_ridge`; with array rates, stacked devices, read off the terms' extremes:
-:func:`_gemm_on_arrays`), and an operator whose FLOPs per byte are bounded below the ridge
+:func:`_two_terms_on_arrays`, which also takes the larger of two terms of any other kernel), and an operator whose FLOPs per byte are bounded below the ridge
 (attention, from its pass's pairs per KV token) gets its memory term alone (:func:`_memory_bound`);
 a small term that nowhere exceeds the running maximum is skipped after two reductions; a pass
 whose host time is below its device time everywhere skips the zero wait; the work totals of
@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from costmodel.fast.arrays import add_into, bcast, broadcast_shape, max_argmax, times_broadcast
+from costmodel.fast.arrays import add_into, bcast, broadcast_shape, max_argmax, nonneg, times_broadcast
 
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import AffineOp, PassShape, kernel_count, layer_ops
@@ -51,8 +51,8 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
         # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
         # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
         # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
-        if op.kind == "matrix":
-            got = _gemm_on_arrays(op, ex)
+        if op.kind != "comm":
+            got = _two_terms_on_arrays(op, ex)
             if got is not None:
                 return got
         a, b, _c, d = op_terms(op, ex, with_l2=False)
@@ -65,12 +65,15 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
     return stack.max(axis=0), stack.argmax(axis=0)
 
 
-def _gemm_on_arrays(op, ex: Exec):
-    """(√(c² + m²), 1 where c < m else 0) of a GEMM with array terms, no link time (+0.0) and no
-    L2 term that can bind (the caller's test), when every c is >= 0 and every c and m lies in
-    [_SQUARE_SAFE_S, 1/_SQUARE_SAFE_S] (c may be 0): :func:`_op_time`'s answer, by the argument of
+def _two_terms_on_arrays(op, ex: Exec):
+    """:func:`_op_time`'s answer for an operator with array terms, no link time (+0.0) and no L2 term
+    that can bind (the caller's test), from its compute and memory terms c and m alone; rates may be
+    arrays (stacked devices). A GEMM: (√(c² + m²), 1 where c < m else 0) when every c is >= 0 and
+    every c and m lies in [_SQUARE_SAFE_S, 1/_SQUARE_SAFE_S] (c may be 0), by the argument of
     :func:`_gemm_across_ridge` read off the arrays' own extremes (four reductions) instead of an
-    affine range's ends; rates may be arrays (stacked devices). None otherwise."""
+    affine range's ends. Any other kernel: (max(c, m), 1 where m > c else 0) when every c and m is
+    +0.0 .. +inf (no NaN, no -0.0: the first of equal terms is c, and the +0.0 link term and the l2
+    term, at most m, are never strictly above the maximum). None otherwise."""
     cm = op.comm_s
     if np.ndim(cm) or float(cm) != 0.0 or math.copysign(1.0, float(cm)) < 0.0:
         return None
@@ -79,6 +82,8 @@ def _gemm_on_arrays(op, ex: Exec):
     m = np.asarray(memory_term_s(np.asarray(op.hbm_bytes, dtype=float), ex.hbm_bytes_per_s), dtype=float)
     if not (c.ndim or m.ndim):
         return None                   # one configuration: the plain path
+    if op.kind != "matrix":
+        return (np.maximum(c, m), np.greater(m, c).view(np.int8)) if nonneg(c) and nonneg(m) else None
     c_lo, m_lo = float(c.min()), float(m.min())
     if not (c_lo >= 0.0 and m_lo >= _SQUARE_SAFE_S and max(float(c.max()), float(m.max())) <= 1.0 / _SQUARE_SAFE_S):
         return None                   # (a NaN fails every comparison)
