@@ -79,3 +79,17 @@ def test_plan_refusal_of_one_changed_field_is_parse_records(counted):
     assert got == want
     assert last == parse_record(dict(good, n_devices=1.0))
     assert len(counted) == 1
+
+
+def test_hardware_signatures_equal_each_devices_own():
+    """The plan reads the devices' signatures at once; they are each device's hardware_signature, for
+    a weight dtype the signature does not read the device for (fp16: one signature) and for those
+    it does (fp8, fp4: one per device)."""
+    from costmodel.engine.evaluate import hardware_signature, hardware_signatures
+    from costmodel.inputs.hardware import load_hardware
+    devices = [load_hardware(h) for h in ("a100-80gb", "h100-sxm", "b200", "mi300x")]
+    for wd, distinct in (("fp16", 1), ("fp8", 4), ("nvfp4", 4)):
+        rec = parse_record(dict(BASE, weight_dtype=wd))
+        got = hardware_signatures(rec, devices)
+        assert got == [hardware_signature(rec, d) for d in devices]
+        assert len(set(got)) == distinct

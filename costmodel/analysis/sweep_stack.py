@@ -13,7 +13,7 @@ import itertools
 
 from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, canonical_value
 from costmodel.analysis.sweep_parse import _PARSED, _any_row, _label, _parse, parse_one_changed, refusal_one_changed
-from costmodel.engine.evaluate import _execs, allreduce_for, hardware_signature
+from costmodel.engine.evaluate import _execs, allreduce_for, hardware_signatures
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
 from costmodel.inputs.record import with_fields
@@ -145,8 +145,9 @@ def _by_signature(rec, devices: list) -> dict:
     """{signature: indices of the devices the engine prices alike for ``rec``} (one group, None, when
     the sweep has no hardware axis)."""
     parts: dict = {}
-    for j, d in enumerate(devices):
-        parts.setdefault(None if d is None else hardware_signature(rec, d), []).append(j)
+    sigs = [None] * len(devices) if devices[0] is None else hardware_signatures(rec, devices)
+    for j, s in enumerate(sigs):
+        parts.setdefault(s, []).append(j)
     return parts
 
 

@@ -90,7 +90,19 @@ def hardware_signature(rec: Record, hw) -> tuple:
     ``costmodel.engine.parallel``): for fp8 and fp4 weights the device itself (whether it has fp8
     or fp4 units decides the compute dtype, and the note names it). Devices with one signature can
     be priced together as a stack."""
-    return (hw.id if rec.weight_dtype == "fp8" or rec.weight_dtype in dtypes.FP4_BLOCK_FORMATS else None,)
+    return (hw.id if _signature_reads_device(rec) else None,)
+
+
+def hardware_signatures(rec: Record, devices) -> list:
+    """:func:`hardware_signature` of ``rec`` for each of ``devices``, read once when it does not read
+    the device (every weight dtype but fp8 and fp4)."""
+    if _signature_reads_device(rec):
+        return [hardware_signature(rec, d) for d in devices]
+    return [hardware_signature(rec, devices[0])] * len(devices) if devices else []
+
+
+def _signature_reads_device(rec: Record) -> bool:
+    return rec.weight_dtype == "fp8" or rec.weight_dtype in dtypes.FP4_BLOCK_FORMATS
 
 
 def build_draft(rec: Record, ex: Exec):
