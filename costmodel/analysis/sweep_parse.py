@@ -162,10 +162,11 @@ def parse_one_changed(rec: Record, name: str, d: dict, pairs, execs: bool = Fals
     return _memo(d, pairs, execs, compute)
 
 
-def refusal_one_changed(rec: Record, name: str, d: dict, pairs) -> str | None:
+def refusal_one_changed(rec: Record, name: str, d: dict, pairs, label: str | None = None) -> str | None:
     """The message of :func:`parse_one_changed` with ``execs`` (the record's refusal), or None when it
     parses. For a record asked about once (a refused group's device), so it is not kept in the plan's
-    lookup: the same text without the lookup's key and copies."""
+    lookup: the same text without the lookup's key and copies. ``label``: ``_label(pairs)`` when the
+    caller has it."""
     v = d[name]
     if not isinstance(v, str) or not v.strip():
         try:
@@ -173,7 +174,7 @@ def refusal_one_changed(rec: Record, name: str, d: dict, pairs) -> str | None:
             return None
         except InputError as exc:
             return str(exc)
-    label = _label(pairs)
+    label = _label(pairs) if label is None else label
     try:
         got = parse_changed(rec, name, v, label)
     except InputError as exc:

@@ -170,6 +170,7 @@ def _first_valid_row(base: dict, numeric: list, first: dict, index: dict, n_hw: 
         for j in range(n_hw):
             g = gvals(j)
             pairs = list(g.items())
+            label = _label(pairs)
             if rec0 is None or j == 0:
                 try:
                     _parse({**base, **g, **first}, pairs, execs=True)
@@ -177,10 +178,10 @@ def _first_valid_row(base: dict, numeric: list, first: dict, index: dict, n_hw: 
                 except InputError as exc:
                     why = str(exc)
             else:                     # the same mapping with another device: one field parsed
-                why = refusal_one_changed(rec0, "hardware", {**base, **g, **first}, pairs)
+                why = refusal_one_changed(rec0, "hardware", {**base, **g, **first}, pairs, label)
                 if why is None:
                     return None
-            blocks.append(Block(None, {**index, "hardware": j}, [], label=_label(pairs), invalid=why))
+            blocks.append(Block(None, {**index, "hardware": j}, [], label=label, invalid=why))
         return blocks
     return rec, devices_in(rec.power_mode)
 
