@@ -105,18 +105,24 @@ def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring")
     0 for n = 1.
     """
     s = np.asarray(message_bytes, dtype=float)
-    if np.all(np.less_equal(n, 1)):
+    single = np.less_equal(n, 1)
+    if np.all(single):
         return np.zeros_like(s)
-    if np.any(np.less_equal(n, 1)):         # a sweep's array of device counts with one device among them:
+    if np.any(single):                      # a sweep's array of device counts with one device among them:
         several = np.greater(n, 1)          # each count > 1 priced as alone (2 stands in for 1), 0 for 1
-        return np.where(several, allreduce_time_s(s, np.where(several, n, 2), link, algorithm), 0.0)
+        return np.where(several, _allreduce_several_s(s, np.where(several, n, 2), link, algorithm), 0.0)
+    return _allreduce_several_s(s, n, link, algorithm)
+
+
+def _allreduce_several_s(s, n, link: Link, algorithm: str):
+    """:func:`allreduce_time_s` of ``s`` (float bytes) where every count ``n`` is above 1."""
     if algorithm == "custom":
-        nccl = allreduce_time_s(s, n, link, "auto")
+        nccl = _allreduce_several_s(s, n, link, "auto")
         if not custom_allreduce_applies(n, link):
             return nccl
         return np.where(s <= CUSTOM_MAX_BYTES, custom_allreduce_s(s, n, link), nccl)
     if algorithm == "auto":
-        return np.minimum(allreduce_time_s(s, n, link, "ring"), allreduce_time_s(s, n, link, "tree"))
+        return np.minimum(_allreduce_several_s(s, n, link, "ring"), _allreduce_several_s(s, n, link, "tree"))
     if algorithm == "tree":
         return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.collective_beta
     if algorithm != "ring":
