@@ -1,6 +1,6 @@
 """The sweep's record of invalid rows (costmodel.analysis.sweep_invalid.InvalidRows): the first reason
 given for a row is kept, the boolean mask is kept as rows are marked, and refused groups marked
-together (mark_regions) leave exactly what marking them one by one leaves."""
+together (mark_indexed) leave exactly what marking them one by one leaves."""
 
 import numpy as np
 
@@ -17,11 +17,16 @@ def _one_by_one(first, regions):
     return rows
 
 
+NAMES = ["a", "b", "c", "d"]
+
+
 def _together(first, regions):
+    """The regions as a sweep's refused groups give them: an index of the fixed axes by name."""
     rows = InvalidRows(SHAPE)
     for where, why in first:
         rows.mark(where, why)
-    rows.mark_regions(regions)
+    rows.mark_indexed(NAMES, [({n: x for n, x in zip(NAMES, w) if not isinstance(x, slice)}, why)
+                              for w, why in regions])
     return rows
 
 
@@ -58,9 +63,9 @@ def test_marked_together_after_earlier_marks_keeps_the_first_reason():
     assert together.reasons[0, 1, 1, 2] == "refused value" and together.reasons[0, 1, 1, 3] == "group 1"
 
 
-def test_regions_of_other_forms_are_marked_one_by_one():
-    """Regions that are not integers and whole axes in the same places (a range of values; axes fixed
-    in different places) give what marking them one by one gives."""
-    regions = [((0, slice(0, 2), 1, ALL), "range"), ((1, ALL, 0, 3), "other axes")]
+def test_groups_fixing_other_axes_are_marked_one_by_one():
+    """Groups that do not fix the same axes give what marking them one by one gives; no group, no
+    invalid rows."""
+    regions = [((0, 2, 1, ALL), "three axes"), ((1, ALL, 0, 3), "other axes"), ((2, ALL, ALL, ALL), "one axis")]
     assert _same(_together([], regions), _one_by_one([], regions))
     assert _together([], []).mask is None

@@ -107,11 +107,13 @@ def _plan(base: dict, axes_in: dict, on_invalid: str = "error", in_memory: bool 
         for i, why in a.refused.items():
             invalid.mark(tuple(i if j == k else slice(None) for j in range(len(axes_l))), why)
     # refused groups (they do not overlap one another, nor the blocks below): marked together
-    invalid.mark_regions((b.where(names), b.invalid) for b in blocks if b.invalid is not None)
+    invalid.mark_indexed(names, [(b.index, b.invalid) for b in blocks if b.invalid is not None and not b.members])
     for b in blocks:
-        region = b.where(names)
         if b.invalid is not None:
+            if b.members:
+                invalid.mark(b.where(names), b.invalid)
             continue
+        region = b.where(names)
         if b.rowwise:
             for where, row in _rows(b, axes, names):
                 try:

@@ -60,40 +60,38 @@ class InvalidRows:
             self.reasons[where] = region
         self._marked[where] = marked | free
 
-    def mark_regions(self, regions) -> None:
-        """:meth:`mark` of each (where, reason) of ``regions``, which do not overlap one another (a sweep's
-        refused groups): at once when every ``where`` fixes the same axes by integer index and takes
-        the others whole (``slice(None)``) and none of their rows is marked yet; one by one otherwise."""
-        regions = list(regions)
-        if not regions:
+    def mark_indexed(self, names, groups) -> None:
+        """:meth:`mark` of each (index, reason) of ``groups``, which do not overlap one another (a
+        sweep's refused groups): ``index`` maps some of the axes ``names`` to a value index, the other
+        axes are taken whole. At once when every index fixes the same axes and none of their rows is
+        marked yet; one by one otherwise."""
+        groups = list(groups)
+        if not groups:
             return
-        whole = slice(None)
-        fixed = [k for k, w in enumerate(regions[0][0]) if not isinstance(w, slice)]
-        simple = all(len(w) == len(self.shape) and all(
-            (k in fixed) == (not isinstance(x, slice)) and (isinstance(x, slice) and x == whole or
-                                                            isinstance(x, (int, np.integer)) and 0 <= x < self.shape[k])
-            for k, x in enumerate(w)) for w, _r in regions)
         if self.reasons is None:
             self.reasons = np.full(self.shape, None, dtype=object)
             self._marked = np.zeros(self.shape, dtype=bool)
-        if simple:
-            strides = np.cumprod((self.shape + (1,))[:0:-1])[::-1]          # elements per step of each axis
-            base = np.asarray([[w[k] for k in fixed] for w, _r in regions], dtype=np.int64) @ strides[fixed] \
-                if fixed else np.zeros(len(regions), dtype=np.int64)
-            offsets = np.zeros(1, dtype=np.int64)
-            for k in range(len(self.shape)):
-                if k not in fixed:
-                    offsets = (offsets[:, None] + np.arange(self.shape[k]) * strides[k]).ravel()
-            flat = base[:, None] + offsets[None, :]
-            marked = self._marked.reshape(-1)
-            if not marked[flat].any():
-                reasons = np.empty(len(regions), dtype=object)
-                reasons[:] = [r for _w, r in regions]
-                self.reasons.reshape(-1)[flat] = reasons[:, None]
-                marked[flat] = True
-                return
-        for where, reason in regions:
-            self.mark(where, reason)
+        keys = groups[0][0].keys()
+        fixed = [k for k, n in enumerate(names) if n in keys]
+        if len(fixed) == len(keys) and all(index.keys() == keys for index, _r in groups):
+            ints = np.asarray([[index[names[k]] for k in fixed] for index, _r in groups])
+            if ints.dtype.kind in "iu" and (ints >= 0).all() and (ints < np.asarray(self.shape)[fixed]).all():
+                strides = np.cumprod((self.shape + (1,))[:0:-1])[::-1]      # elements per step of each axis
+                offsets = np.zeros(1, dtype=np.int64)
+                for k in range(len(self.shape)):
+                    if k not in fixed:
+                        offsets = (offsets[:, None] + np.arange(self.shape[k]) * strides[k]).ravel()
+                flat = (ints.astype(np.int64) @ strides[fixed])[:, None] + offsets[None, :]
+                marked = self._marked.reshape(-1)
+                if not marked[flat].any():
+                    reasons = np.empty(len(groups), dtype=object)
+                    reasons[:] = [r for _i, r in groups]
+                    self.reasons.reshape(-1)[flat] = reasons[:, None]
+                    marked[flat] = True
+                    return
+        whole = slice(None)
+        for index, reason in groups:
+            self.mark(tuple(index.get(n, whole) for n in names), reason)
 
     @property
     def mask(self):
