@@ -169,3 +169,28 @@ def test_a_prompt_by_prompt_prefill_is_priced_once_across_chunks(monkeypatch):
     df = sweep(base, workers=1, chunk_rows=9, **axes)               # 4 chunks of 3 batch sizes × 3 prompts
     assert calls == [(1, 1)]                                        # one prompt (a batch of one), once
     assert_every_row_is_evaluate(df, base, axes)
+
+
+def test_a_sweep_evaluates_with_a_row_sized_buffer(monkeypatch):
+    """Chunks of a grid over 1000 prompt lengths are evaluated with numpy's buffer one row long (992
+    elements: fast.arrays.row_buffers; a per-batch operand is then read in place, not copied into
+    the buffer), numpy's default again after the sweep; sampled rows are still evaluate() bit for bit."""
+    seen = []
+    real = sweep_module.evaluate_arrays
+
+    def spy(*a, **kw):
+        seen.append(np.getbufsize())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sweep_module, "evaluate_arrays", spy)
+    before = np.getbufsize()
+    base = dict(model="llama-2-7b", hardware="a100-80gb", strategy="tree", draft_model="llama-68m",
+                acceptance_rate=0.7, tree_nodes=8, tree_depth=3, gen_len=64)
+    df = sweep(base, workers=1, batch_size=[1, 7, 64], prompt_len=list(range(16, 3016, 3)))
+    assert seen and set(seen) == {992} and np.getbufsize() == before
+    for i in range(0, len(df), 97):
+        row = df.iloc[i]
+        want = evaluate(dict(base, batch_size=int(row["batch_size"]), prompt_len=int(row["prompt_len"])))
+        for k, w in want.items():
+            if isinstance(w, float):
+                assert _identical(row[k], w), (i, k, row[k], w)
