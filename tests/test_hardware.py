@@ -71,3 +71,22 @@ def test_explicit_tree_parents():
                       draft_model="medusa", tree_parents="0,0,1", rank_acceptance="0.6,0.2"))
     assert r["tokens_per_step"] == pytest.approx(2.16)
     assert r["tree_nodes"] == 3 and r["tree_depth"] == 2
+
+
+def test_mi300x_kernel_gap_is_the_measured_mi300x_figure():
+    """The MI300X's per-kernel gap is Kog AI's 8 × MI300X launch-plus-cleanup figure, ~4.5 µs per kernel
+    (hardware_specs/mi300x.yaml, source kog_mi300x), not the MI210 proxy (2.06 / 1.97 µs); the hipGraph
+    figure is 4.5 µs × the MI210 graph/stream ratio 1.97 / 2.06 = 4.3034 µs, written 4.30 µs. A vLLM decode
+    step of Llama-3.1-70B over 8 MI300X replays one graph of kernels_per_layer × layers + kernels_per_pass
+    = 10 × 80 + 8 = 808 kernels: 808 × 4.30 µs = 3.4744 ms of gaps, plus the runtime's host work per step,
+    step_overhead_s + step_overhead_per_rank_s × (8 − 1)."""
+    from costmodel.inputs.runtime import load_runtime
+    hw = load_hardware("mi300x")
+    assert hw.kernel_launch_s == 4.5e-6
+    assert hw.graph_kernel_launch_s == pytest.approx(4.5e-6 * 1.97 / 2.06, rel=1e-3)
+    rt = load_runtime("vllm")
+    assert (rt.kernels_per_layer, rt.kernels_per_pass) == (10, 8)
+    out = evaluate(dict(model="llama-3.1-70b", hardware="mi300x", n_devices=8, weight_dtype="fp8", kv_dtype="fp16",
+                        runtime="vllm", batch_size=1, prompt_len=128, gen_len=2048))
+    host_s = rt.step_overhead_s + rt.step_overhead_per_rank_s * 7
+    assert out["time_launch_s"] == pytest.approx(808 * 4.30e-6 + host_s, rel=1e-12)

@@ -45,8 +45,9 @@ CSV = VALIDATION_DIR / "measurements.csv"
 # with TensorRT-LLM 0.7-0.9's XQA kernel only for 8 query heads per KV head (Mistral-7B and Mixtral decode
 # with masked MHA, one KV read per query head); 12.2 / 35.0 / 78.2 with the vLLM V0 entries' own step
 # overhead (V0 rows no longer teach the V1 profile one). 12.4 / 34.5 / 81.2 with NCCL's ring and tree at the
-# links' measured all-reduce bus bandwidth (nccl-tests busbw, not the datasheet rate).
-GUARD = {"median_abs_rel_error": 0.125, "p90_abs_rel_error": 0.355, "within_25pct": 0.80}
+# links' measured all-reduce bus bandwidth (nccl-tests busbw, not the datasheet rate). 10.9 / 32.9 / 81.2 with
+# the MI300X's per-kernel gap measured on an MI300X (4.5 us launch-plus-cleanup, not the MI210's 2 us).
+GUARD = {"median_abs_rel_error": 0.115, "p90_abs_rel_error": 0.34, "within_25pct": 0.80}
 # Leave-one-publication-out (the headline): 18.1 / 81.6 / 56.6 before physical bounds; 18.2 / 82.9 / 57.6
 # with every efficiency <= 1; 14.7 / 50.5 / 69.7 with the speculation host work counted and unseen
 # parameters kept at their priors.
@@ -87,7 +88,11 @@ GUARD = {"median_abs_rel_error": 0.125, "p90_abs_rel_error": 0.355, "within_25pc
 # (collective_bandwidth_bytes_per_s: 231.6 of 300 GB/s on A100, ~370 of 450 on H100, 22 of 31.5 on PCIe 4.0):
 # the tensor-parallel Llama-2-70B rows on 4×L40S +41…+49 % -> +22…+33 % tokens/s, their TTFT −33…−35 % ->
 # −19…−20 %; never-seen rows 14.1 / 37.2 / 73.2 -> 13.8 / 35.4 / 76.8. Guards tightened to within ~1 point.
-LOPO_GUARD = {"median_abs_rel_error": 0.13, "p90_abs_rel_error": 0.36, "within_25pct": 0.77}
+# 11.2 / 34.9 / 78.2 with the MI300X's per-kernel gap measured on an MI300X (Kog AI: 4.5 us launch-plus-cleanup
+# per kernel; 4.30 us in a hipGraph) instead of the MI210 proxy (1.97 us): the held-out MI300X vLLM rows
+# -19.3 % -> -2.4 % (median signed), vLLM's per-rank host work 0.47 -> 0.22 ms and its bandwidth fraction
+# 0.747 -> 0.791; never-seen rows 12.1 / 35.1 / 76.8. Both goals met. Guards tightened.
+LOPO_GUARD = {"median_abs_rel_error": 0.12, "p90_abs_rel_error": 0.355, "within_25pct": 0.77}
 
 
 # fixtures `measurements`, `loso` (leave-one-table-out) and `lopo` (leave-one-publication-out):
