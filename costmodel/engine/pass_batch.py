@@ -72,19 +72,18 @@ def small_op_times(ops, order, ex: Exec, below: int) -> dict:
         if any(np.ndim(r) for r in rates):
             continue
         x = group[0].x
-        col = (len(group),) + (1,) * x.ndim
-
-        def column(values):
-            return np.asarray([float(v) for v in values], dtype=float).reshape(col)
-
-        flops = column(op.f1 for op in group) * x                       # AffineOp: f1·x
-        hbm = column(op.h0 for op in group) + column(op.h1 for op in group) * x     # h0 + h1·x
-        c, m, _l2, _comm = roofline_terms(kind, flops, hbm, 0.0, 0.0, 0.0, column(rates), vector_rate, bw, None)
+        # one row per operator: f1, h0, h1, its unit's FLOP rate, its count; each a column shaped to
+        # broadcast against x along the operators' axis
+        coef = np.array([(op.f1, op.h0, op.h1, r, op.count) for op, r in zip(group, rates)], dtype=float)
+        f1, h0, h1, rate, count = coef.T.reshape((5, len(group)) + (1,) * x.ndim)
+        flops = f1 * x                                                  # AffineOp: f1·x
+        hbm = h0 + h1 * x                                               # AffineOp: h0 + h1·x
+        c, m, _l2, _comm = roofline_terms(kind, flops, hbm, 0.0, 0.0, 0.0, rate, vector_rate, bw, None)
         fast = max_argmax((c, m, _ZERO, np.asarray(0.0)), new_terms=(0, 1))
         if fast is None:
             continue
         t, bound = fast
-        t = np.multiply(t, column(op.count for op in group), out=t if t is c or t is m else None)
+        t = np.multiply(t, count, out=t if t is c or t is m else None)
         if np.ndim(bound):
             flat = bound.reshape(len(group), -1)
             lows, highs = flat.min(axis=1), flat.max(axis=1)
