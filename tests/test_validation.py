@@ -379,3 +379,12 @@ def test_report_rewrite_keeps_the_load_curve_section(tmp_path):
     assert kept_sections(tmp_path / "missing.md", KEPT_MARKERS) == []
     path.write_text("# no markers here\n", encoding="utf-8")
     assert kept_sections(path, KEPT_MARKERS) == []
+
+
+def test_the_report_reads_the_vllm_fit_in_words():
+    """REPORT.md's 'Reading the fitted values' has a vllm line: 0.7906 -> '0.79 of the stream bandwidth',
+    2.2283e-4 s -> '0.22 ms per worker rank'."""
+    from costmodel.calibration.report import _fitted_notes
+    (line,) = _fitted_notes({"vllm": {"bandwidth_efficiency": 0.7906, "step_overhead_s": 0.0,
+                                      "step_overhead_per_rank_s": 2.2283e-4}})
+    assert line.startswith("- vllm: 0.79 of the stream bandwidth; 0.00 ms of host work per step + 0.22 ms per worker rank")

@@ -446,6 +446,11 @@ def _fitted_notes(fp: dict) -> list:
                         if host is not None else "")
                      + "A free per-step overhead is not fitted: it would add to every row instead of bounding the "
                      "small ones (pass time = max(device, host)).")
+    if (v := fp.get("vllm")) is not None:
+        notes.append(f"- vllm: {v['bandwidth_efficiency']:.2f} of the stream bandwidth; {1e3 * v['step_overhead_s']:.2f} ms of host "
+                     f"work per step + {1e3 * v['step_overhead_per_rank_s']:.2f} ms per worker rank beyond the first (V1's "
+                     "multiprocess executor), mostly from 8-GPU MI300X rows whose launch gaps (4.30 µs per graph kernel) are "
+                     "measured, not fitted; the V0 entries price their host work from sources and calibrate the bandwidth only.")
     return notes
 
 
