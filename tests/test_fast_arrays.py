@@ -160,3 +160,36 @@ def test_broadcast_shape_is_numpys():
             np.broadcast_shapes(*shapes)
         with pytest.raises(ValueError):
             broadcast_shape(*shapes)
+
+
+def test_row_buffers_size_and_restore():
+    """numpy's buffer is one row of the grid (1000 prompts: 992, the largest multiple of 16 in a row;
+    a row of 20,000: numpy's default 8192) within the block and as before after it; rows shorter
+    than 256 and no arrays leave it alone."""
+    from costmodel.fast.arrays import row_buffers
+    before = np.getbufsize()
+    with row_buffers({"batch_size": np.ones((65, 1)), "prompt_len": np.ones((1, 1000))}):
+        assert np.getbufsize() == 992
+    assert np.getbufsize() == before
+    with row_buffers({"batch_size": np.ones((3, 1)), "prompt_len": np.ones((1, 20000))}):
+        assert np.getbufsize() == 8192
+    for arrays in ({"batch_size": np.ones((65, 1)), "prompt_len": np.ones((1, 100))}, {}, None):
+        with row_buffers(arrays):
+            assert np.getbufsize() == before
+
+
+def test_row_buffers_change_no_element():
+    """Elementwise operations against arrays broadcast along the last axis (the case the row buffer is
+    for), along the first, and stacked: the same bits under the row buffer as under numpy's default."""
+    from costmodel.fast.arrays import row_buffers
+    rng = np.random.default_rng(3)
+    b, p, s = rng.random((65, 1)) * 1e3, rng.random((1, 1000)) * 1e4, rng.random((5, 65, 1))
+    grid = b * p
+
+    def compute():
+        return [b * p, grid + b, grid / b, np.maximum(grid, b * 7.0), s * (p + 2.0), grid * s, np.sqrt(grid * grid + b * b)]
+
+    want = compute()
+    with row_buffers({"batch_size": b, "prompt_len": p}):
+        got = compute()
+    assert all(_same_bits(g, w) for g, w in zip(got, want))

@@ -146,3 +146,51 @@ def test_large_passes_are_not_kept():
     with pass_memo.shared_passes():
         assert price(1) is not price(1)                 # computed again: too large to keep
         assert len(pass_memo._MEMO.get()) == 0
+
+
+def test_a_prompt_by_prompt_prefill_is_priced_once_across_chunks(monkeypatch):
+    """A runtime that prefills one prompt per pass (compiled: gpt-fast, MagicDec) prices that pass over
+    the prompt lengths alone; a sweep cut into chunks along the batch axis prices it once (the other
+    chunks share it), and every row is still evaluate() bit for bit."""
+    import importlib
+    from tests.test_sweep_stacked import assert_every_row_is_evaluate
+    common = importlib.import_module("costmodel.engine.strategies.common")
+    calls = []
+    real = common._prefill_pass
+
+    def counted(ex, B, P):
+        calls.append(np.shape(B))
+        return real(ex, B, P)
+
+    monkeypatch.setattr(common, "_prefill_pass", counted)
+    base = dict(model="llama-2-7b", hardware="a100-80gb", runtime="compiled", strategy="tree", draft_model="llama-68m",
+                acceptance_rate=0.7, tree_nodes=8, tree_depth=3, gen_len=64)
+    axes = dict(batch_size=list(range(1, 13)), prompt_len=[16, 512, 3000])
+    df = sweep(base, workers=1, chunk_rows=9, **axes)               # 4 chunks of 3 batch sizes × 3 prompts
+    assert calls == [(1, 1)]                                        # one prompt (a batch of one), once
+    assert_every_row_is_evaluate(df, base, axes)
+
+
+def test_a_sweep_evaluates_with_a_row_sized_buffer(monkeypatch):
+    """Chunks of a grid over 1000 prompt lengths are evaluated with numpy's buffer one row long (992
+    elements: fast.arrays.row_buffers; a per-batch operand is then read in place, not copied into
+    the buffer), numpy's default again after the sweep; sampled rows are still evaluate() bit for bit."""
+    seen = []
+    real = sweep_module.evaluate_arrays
+
+    def spy(*a, **kw):
+        seen.append(np.getbufsize())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sweep_module, "evaluate_arrays", spy)
+    before = np.getbufsize()
+    base = dict(model="llama-2-7b", hardware="a100-80gb", strategy="tree", draft_model="llama-68m",
+                acceptance_rate=0.7, tree_nodes=8, tree_depth=3, gen_len=64)
+    df = sweep(base, workers=1, batch_size=[1, 7, 64], prompt_len=list(range(16, 3016, 3)))
+    assert seen and set(seen) == {992} and np.getbufsize() == before
+    for i in range(0, len(df), 97):
+        row = df.iloc[i]
+        want = evaluate(dict(base, batch_size=int(row["batch_size"]), prompt_len=int(row["prompt_len"])))
+        for k, w in want.items():
+            if isinstance(w, float):
+                assert _identical(row[k], w), (i, k, row[k], w)

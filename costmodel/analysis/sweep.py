@@ -67,6 +67,7 @@ from costmodel.analysis.sweep_columns import CODE_KEYS, CODE_TEXT, Columns, axis
 from costmodel.analysis.sweep_grid import Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import _SOURCE, check_output, write_frame
+from costmodel.fast.arrays import row_buffers
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import _execs, check_context, evaluate, evaluate_arrays, record_head, record_tail
@@ -319,7 +320,8 @@ def _evaluate_piece(rec, arrays) -> dict:
     if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack) and not np.ndim(rec.n_devices)
                           and not isinstance(rec.weight_dtype, WeightDtypes)):
         return _flat(evaluate(rec))
-    with operator_rows(False):            # the per-operator breakdown is not a column
+    # the per-operator breakdown is not a column; numpy's buffer within a row (fast.arrays.row_buffers)
+    with operator_rows(False), row_buffers(arrays):
         res = evaluate_arrays(rec, arrays, bound_codes=True, check_limits=False)   # check_block did
     extras = res.pop("_extras")
     res.pop("_step_ops", None)

@@ -28,6 +28,7 @@ from costmodel.fast.arrays import add_into, bcast, broadcast_shape, max_argmax, 
 
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import AffineOp, PassShape, kernel_count, layer_ops
+from costmodel.engine.pass_batch import small_op_times
 from costmodel.engine.roofline import BOUNDS, Cost, DeferredWork, OP_BOUND_NAMES, RECORD_OPS, as_dequant, compute_term_s, \
     gemm_time_s, l2_term_s, memory_term_s, op_terms, roofline_terms, summation_order, unit_flops_per_s
 
@@ -279,43 +280,40 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     order = summation_order(ops)
     if record:
         rows = [None] * len(ops)
+    # small operators of one kind over one token array, priced together (engine.pass_batch)
+    small = {} if record or not l2_ok else small_op_times(ops, order, ex, _DOMINANCE_MIN_SIZE)
     for j in order:
         op = ops[j]
-        fast = None
-        if type(op) is AffineOp:
-            e = ends.get(id(op.x))
-            if e is None or e[0] is not op.x:
-                e = ends[id(op.x)] = (op.x, _ends(op.x))
-            if e[1] is not None:
-                fast = _dominant_term(op, ex, e[1])
-                if fast is None:
-                    fast = _gemm_across_ridge(op, ex, e[1])
-        elif op.max_flops_per_byte is not None:
-            fast = _memory_bound(op, ex, l2_ok)
-        t, idx = fast if fast is not None else _op_time(op, ex, l2_ok)
-        cnt = op.count
-        # t is _op_time's own new array: scale it in place
-        tc = np.multiply(t, cnt, out=t) if type(t) is np.ndarray and t.ndim else t * cnt
-        if np.ndim(idx) == 0:
-            lo = hi = int(idx)
+        got = small.get(j)
+        if got is not None:                 # already scaled by the count, in a new array
+            tc, idx, lo, hi = got
+            t = tc
         else:
-            lo, hi = int(idx.min()), int(idx.max())
+            fast = None
+            if type(op) is AffineOp:
+                e = ends.get(id(op.x))
+                if e is None or e[0] is not op.x:
+                    e = ends[id(op.x)] = (op.x, _ends(op.x))
+                if e[1] is not None:
+                    fast = _dominant_term(op, ex, e[1])
+                    if fast is None:
+                        fast = _gemm_across_ridge(op, ex, e[1])
+            elif op.max_flops_per_byte is not None:
+                fast = _memory_bound(op, ex, l2_ok)
+            t, idx = fast if fast is not None else _op_time(op, ex, l2_ok)
+            cnt = op.count
+            # t is _op_time's own new array: scale it in place
+            tc = np.multiply(t, cnt, out=t) if type(t) is np.ndarray and t.ndim else t * cnt
+            if np.ndim(idx) == 0:
+                lo = hi = int(idx)
+            else:
+                lo, hi = int(idx.min()), int(idx.max())
         for i in range(lo, hi + 1):
             if lo == hi:
                 # tc is this pass's own array (t scaled in place) unless operator rows keep it
                 acc[i], own[i] = add_into(acc[i], own[i], tc, x_owned=tc is t and not record)
                 continue
-            mask = idx == i
-            if lo < i < hi and not mask.any():     # the smallest and largest index occur
-                continue
-            # acc + where(mask, tc, 0.0): add tc where mask holds, leave the rest (+ 0.0 is no change)
-            a = acc[i]
-            shp = broadcast_shape(np.shape(tc), mask.shape, () if a is None else np.shape(a))
-            if a is None:
-                a = np.zeros(shp)
-            elif not own[i] or type(a) is not np.ndarray or a.shape != shp:
-                a = np.array(np.broadcast_to(a, shp), dtype=float)
-            acc[i], own[i] = np.add(a, tc, out=a, where=mask), True
+            acc[i], own[i] = _add_where(acc[i], own[i], tc, idx, i, lo, hi)
         work.append(op)                     # its FLOPs and bytes: read when the totals are
         if record:
             f = np.asarray(op.flops, dtype=float)
@@ -353,6 +351,20 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
     cost = DeferredWork(np.asarray(time, dtype=float), by, rows, lambda: _work_totals(work, ex.stage_devices, shp))
     cost.__dict__["_pass_work"] = (work, ex.stage_devices, shp)      # for work_summed_over_passes
     return cost
+
+
+def _add_where(a, owned: bool, tc, idx, i: int, lo: int, hi: int):
+    """(a + where(idx == i, tc, 0.0), owned) for pass_cost's accumulator of bound i: tc added where
+    the operator is bound by i, the rest left as it is (+ 0.0 is no change); ``a`` None is 0.0."""
+    mask = idx == i
+    if lo < i < hi and not mask.any():     # the smallest and largest index occur
+        return a, owned
+    shp = broadcast_shape(np.shape(tc), mask.shape, () if a is None else np.shape(a))
+    if a is None:
+        a = np.zeros(shp)
+    elif not owned or type(a) is not np.ndarray or a.shape != shp:
+        a = np.array(np.broadcast_to(a, shp), dtype=float)
+    return np.add(a, tc, out=a, where=mask), True
 
 
 def work_summed_over_passes(cost: Cost, n: int, zero):

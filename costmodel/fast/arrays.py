@@ -9,6 +9,7 @@ the plain reference pass.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -230,3 +231,32 @@ def times_broadcast(a, owned: bool, k, shp):
     if owned and np.shape(a) == shp and isinstance(a, (np.ndarray, np.float64)) and a.dtype == np.float64:
         return a
     return np.broadcast_to(a, shp).astype(float)
+
+
+#: numpy's default ufunc buffer (elements); a row-sized buffer is used below it (row_buffers)
+_DEFAULT_BUFSIZE = 8192
+#: rows shorter than this keep numpy's default buffer (their broadcast copies are cheap)
+_ROW_BUFFER_MIN = 256
+
+
+@contextlib.contextmanager
+def row_buffers(arrays):
+    """Within the block, numpy's ufunc buffer holds at most one row of the broadcast grid of
+    ``arrays`` (its last axis, rounded down to a multiple of 16: ``np.setbufsize``), then as before.
+
+    An elementwise operation between a grid array and an array broadcast along the last axis (a
+    per-batch (n, 1) array against (n, m)) cannot walk the broadcast operand with one stride across
+    a buffer that spans several rows, so numpy copies it into the buffer, row by row: about as much
+    work again as the operation itself. With a buffer no longer than a row the operand is read in
+    place (stride 0 within the row). The elements computed are the same: the buffer decides only
+    how the loop is cut, never an operation or its order (elementwise ufuncs)."""
+    rows = [np.shape(a)[-1] for a in arrays.values() if np.ndim(a)] if arrays else []
+    size = min(_DEFAULT_BUFSIZE, 16 * (max(rows) // 16)) if rows else 0
+    if size < _ROW_BUFFER_MIN or size == np.getbufsize():
+        yield
+        return
+    old = np.setbufsize(size)
+    try:
+        yield
+    finally:
+        np.setbufsize(old)

@@ -160,16 +160,44 @@ def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
     # one prompt per pass: its cost depends on P alone, so it is priced once per prompt length (a
     # batch of ones shaped to broadcast, every element the same operations as over the whole grid)
     # and repeated B times
-    shape = prefill_shape(np.ones((1,) * np.ndim(B)) if per_seq else B, P)
-    repeats = np.asarray(B, dtype=float) if per_seq else None
-    chunk = ctx.ex.rt.prefill_chunk_tokens
-    if chunk is None:
-        cost = pass_cost(shape, ctx.ex)
+    if per_seq:
+        cost, n = _prompt_prefill_pass(ctx.ex, P, np.ndim(B))
+        repeats = np.asarray(B, dtype=float)
+    else:
+        cost, n = _prefill_pass(ctx.ex, B, P)
+        repeats = None
+    if n is None:
         return with_step_overhead(cost if repeats is None else cost.scale(repeats), ctx.ex, seqs=B, prefill=True)
+    return with_step_overhead(cost.scale(n if repeats is None else n * repeats), ctx.ex, seqs=B, prefill=True)
+
+
+def _prefill_pass(ex: Exec, B, P):
+    """(Cost of one prefill pass of B·P tokens, its number of runs n): with a runtime that chunks prefill
+    (``prefill_chunk_tokens`` = C) the pass of T tokens is n = ceil(T / C) passes of T/n tokens; else
+    n is None (one pass)."""
+    shape = prefill_shape(B, P)
+    chunk = ex.rt.prefill_chunk_tokens
+    if chunk is None:
+        return pass_cost(shape, ex), None
     n = np.ceil(shape.tokens / chunk)
     per = PassShape(tokens=shape.tokens / n, pairs=shape.pairs / n, kv_hbm_tokens=shape.kv_hbm_tokens / n,
                     lm_tokens=shape.lm_tokens / n, seqs=shape.seqs)
-    return with_step_overhead(pass_cost(per, ctx.ex).scale(n if repeats is None else n * repeats), ctx.ex,
-                              seqs=B, prefill=True)
+    return pass_cost(per, ex), n
+
+
+class _PromptPrefill(NamedTuple):
+    cost: Cost
+    n: object
+
+    @property
+    def time_s(self):                    # the size engine.pass_memo keeps it by
+        return self.cost.time_s
+
+
+@shared(lambda ex, P, ndim: (exec_key(ex), value_key(P), ndim, RECORD_OPS.get()))
+def _prompt_prefill_pass(ex: Exec, P, ndim: int):
+    """:func:`_prefill_pass` of one prompt (a batch of ones shaped to broadcast over ``ndim`` axes): it
+    depends on the Exec and P alone, so a sweep's chunks along the batch axis share it."""
+    return _PromptPrefill(*_prefill_pass(ex, np.ones((1,) * ndim), P))
 
 
