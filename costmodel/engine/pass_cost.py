@@ -8,9 +8,9 @@ skipped +0.0 contributions and max/argmax without stacking for arrays; an affine
 (:class:`costmodel.engine.ops.AffineOp`, a GEMM or an elementwise kernel) whose binding term wins by a
 margin at both ends of its tokens' range gets that term alone (:func:`_dominant_term`), a GEMM
 whose binding term changes inside the range gets √(c² + m²) without comparing the terms
-(:func:`_gemm_across_ridge`; with array rates, stacked devices, read off the terms' extremes:
-:func:`_two_terms_on_arrays`, which also takes the larger of two terms of any other kernel), and an operator whose FLOPs per byte are bounded below the ridge
-(attention, from its pass's pairs per KV token) gets its memory term alone (:func:`_memory_bound`);
+(:func:`_gemm_across_ridge`; for array rates :func:`_two_terms_on_arrays`, also the larger of two
+terms of other kernels), an operator with FLOPs per byte bounded below the ridge (attention, from
+its pass's pairs per KV token) gets its memory term alone (:func:`_memory_bound`);
 a small term that nowhere exceeds the running maximum is skipped after two reductions; a pass
 whose host time is below its device time everywhere skips the zero wait; the work totals of
 passes stacked along a leading axis are summed one pass at a time
@@ -67,14 +67,11 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
 
 
 def _two_terms_on_arrays(op, ex: Exec):
-    """:func:`_op_time`'s answer for an operator with array terms, no link time (+0.0) and no L2 term
-    that can bind (the caller's test), from its compute and memory terms c and m alone; rates may be
-    arrays (stacked devices). A GEMM: (√(c² + m²), 1 where c < m else 0) when every c is >= 0 and
-    every c and m lies in [_SQUARE_SAFE_S, 1/_SQUARE_SAFE_S] (c may be 0), by the argument of
-    :func:`_gemm_across_ridge` read off the arrays' own extremes (four reductions) instead of an
-    affine range's ends. Any other kernel: (max(c, m), 1 where m > c else 0) when every c and m is
-    +0.0 .. +inf (no NaN, no -0.0: the first of equal terms is c, and the +0.0 link term and the l2
-    term, at most m, are never strictly above the maximum). None otherwise."""
+    """_op_time's answer from the compute and memory terms c, m of an operator with array terms (rates
+    may be arrays), no link time and no L2 term that can bind (the caller's test), or None. A GEMM:
+    (√(c² + m²), 1 where c < m) when c >= 0 and c, m in [_SQUARE_SAFE_S, 1/_SQUARE_SAFE_S] (the
+    argument of _gemm_across_ridge on four reductions); another kernel: (max(c, m), 1 where m > c)
+    when c, m are +0.0 .. +inf (ties go to c; the +0.0 link term and the l2 term <= m are no higher)."""
     cm = op.comm_s
     if np.ndim(cm) or float(cm) != 0.0 or math.copysign(1.0, float(cm)) < 0.0:
         return None
