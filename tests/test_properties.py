@@ -17,6 +17,7 @@ from hypothesis import assume, given, settings, strategies as st
 from costmodel import evaluate, load_hardware, load_model
 from costmodel.engine.evaluate import OUTPUT_KEYS
 from costmodel.inputs.record import parse_record
+from costmodel.inputs.rules import DEFAULT_MEDUSA_HEADS
 from costmodel.engine.roofline import BOUNDS
 from costmodel.inputs.specs import zoo_ids
 from costmodel.engine.tree import Tree
@@ -106,6 +107,8 @@ def records(draw, strategies=STRATEGIES, tree_shapes=("full", "nodes", "parents"
             if draw(st.booleans()):
                 rec["tree_depth"] = draw(st.integers(1, 8))
                 depth = min(rec["tree_depth"], rec["tree_nodes"])
+                if rec["draft_model"] == "medusa":       # an optimal tree is one level per head at most
+                    depth = min(depth, DEFAULT_MEDUSA_HEADS)
             if shape == "hardware":
                 rec["tree_shape"] = "optimal_for_hardware"
         tau_ok = depth and shape != "hardware"
