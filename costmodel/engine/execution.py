@@ -72,11 +72,14 @@ class Exec:
         the runtime's scale bytes per group / group size (group = ``d_in`` for per-channel scales)."""
         if self.dtype_members:             # stacked dtypes: one array per input dimension, kept
             memo = self.__dict__.setdefault("_w_bytes_by_d_in", {})
-            key = d_in if isinstance(d_in, (int, float)) else None
+            key = d_in if isinstance(d_in, (int, float)) else \
+                (d_in.dtype.str, d_in.shape, d_in.tobytes()) if isinstance(d_in, np.ndarray) else None
             got = memo.get(key) if key is not None else None
             if got is None:
                 got = self.per_weight_dtype(lambda e: e.w_bytes_for(d_in))
                 if key is not None:
+                    if isinstance(got, np.ndarray):
+                        got.flags.writeable = False     # kept: read by every later caller
                     memo[key] = got
             return got
         if not self.quantised:
