@@ -68,10 +68,16 @@ class Columns:
         return self._slab.pop()
 
     def put(self, key, where, rows, value):
+        a = self.cols.get(key)
+        if a is not None and type(value) is np.ndarray and value.dtype == a.dtype == np.float64:
+            a[where] = value              # a float column written again (the common case)
+            self.written[key] += rows
+            if self.multi:
+                self.wheres[key].append(where)
+            return
         if key in CODE_KEYS:
             self._put_code(key, where, rows, value)
             return
-        a = self.cols.get(key)
         kind = value_kind(value)
         if a is None:
             if kind == "f":
