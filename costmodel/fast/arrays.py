@@ -174,8 +174,8 @@ def max_argmax(terms, new_terms: tuple = (), max_wanted: bool = True):
             # changes neither the maximum (np.maximum keeps m where t <= m) nor the index (t > m is
             # false everywhere): two reductions instead of three full passes. A NaN fails the test.
             if low is None or low[0] is not m:
-                low = (m, float(np.min(m)))
-            if float(np.max(t)) <= low[1]:
+                low = (m, float(m.min()))
+            if float(t.max()) <= low[1]:
                 continue
         gt = t > m
         if (not max_wanted or i in new_terms) and type(t) is np.ndarray and gt.shape == t.shape and gt.ndim \
@@ -187,7 +187,8 @@ def max_argmax(terms, new_terms: tuple = (), max_wanted: bool = True):
             m = np.maximum(m, t, out=m)
         else:
             m, m_new = np.maximum(m, t), True
-        step = gt.view(np.int8) * np.int8(i) if gt.ndim else np.int8(i if gt else 0)
+        # (i = 1: the comparison's own bytes read as int8, the same 0s and 1s as multiplying by 1)
+        step = (gt.view(np.int8) if i == 1 else gt.view(np.int8) * np.int8(i)) if gt.ndim else np.int8(i if gt else 0)
         idx = step if idx is None else np.maximum(idx, step)
     if checked is not m and not nonneg(m):
         return None
