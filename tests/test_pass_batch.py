@@ -7,22 +7,11 @@ import numpy as np
 import pytest
 
 from costmodel.engine import pass_cost as pc
-from costmodel.engine.evaluate import build_exec
 from costmodel.engine.ops import AffineOp, layer_ops
 from costmodel.engine.pass_batch import small_op_times
 from costmodel.engine.roofline import op_terms, operator_rows, reference_pass_cost, summation_order
 from costmodel.engine.strategies.common import decode_shape, prefill_shape
-from costmodel.inputs.record import parse_record
-
-
-def _exec(**kw):
-    return build_exec(parse_record(dict(dict(model="llama-68m", hardware="a100-80gb"), batch_size=1, prompt_len=1,
-                                        **kw)))
-
-
-def _bits_equal(a, b):
-    a, b = np.ascontiguousarray(a, dtype=float), np.ascontiguousarray(b, dtype=float)
-    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+from tests.passcheck import assert_pass_equals_reference, bits_equal as _bits_equal, exec_for as _exec
 
 
 # a sweep chunk's per-batch and per-prompt arrays: 65 batch sizes, 64 prompt lengths (both below
@@ -76,12 +65,7 @@ def test_passes_equal_the_reference(setup):
     for sh in SHAPES:
         with operator_rows(False):
             got = pc.pass_cost(sh, ex)
-        want = reference_pass_cost(sh, ex)
-        for f in ("time_s", "flops", "hbm_bytes"):
-            assert _bits_equal(getattr(got, f), getattr(want, f)), f
-        for b in want.by_bound:
-            assert _bits_equal(np.broadcast_to(got.by_bound[b], np.shape(want.time_s)),
-                               np.broadcast_to(want.by_bound[b], np.shape(want.time_s))), b
+        assert_pass_equals_reference(got, reference_pass_cost(sh, ex))
 
 
 def test_three_gemms_by_hand():

@@ -11,24 +11,39 @@ import pytest
 from costmodel.engine import pass_cost as pc
 from costmodel.engine.evaluate import build_exec
 from costmodel.engine.ops import AffineOp, layer_ops
-from costmodel.engine.roofline import op_terms, operator_rows, reference_pass_cost
+from costmodel.engine.roofline import operator_rows, reference_pass_cost
 from costmodel.engine.strategies.common import decode_shape, prefill_shape
 from costmodel.inputs.record import parse_record
 
 
-def _exec(**kw):
-    return build_exec(parse_record(dict(dict(model="llama-68m", hardware="a100-80gb"), batch_size=1, prompt_len=1,
-                                        **kw)))
+from tests.passcheck import assert_answers_match_reference, assert_pass_equals_reference
+from tests.passcheck import bits_equal as _bits_equal, exec_for as _exec, ref_op_time as _ref_op_time
 
 
-def _ref_op_time(op, ex):
-    stack = np.stack(np.broadcast_arrays(*op_terms(op, ex)))
-    return stack.max(axis=0), stack.argmax(axis=0)
+def _coefficients(rng):
+    """A random GEMM's f1, h0 (0 half of the time), h1 over 12 decades."""
+    return 10 ** rng.uniform(0, 12), 10 ** rng.uniform(0, 12) * rng.integers(0, 2), 10 ** rng.uniform(-3, 6)
 
 
-def _bits_equal(a, b):
-    a, b = np.ascontiguousarray(a, dtype=float), np.ascontiguousarray(b, dtype=float)
-    return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))
+def _swap(x, coefficients):
+    return coefficients, x
+
+
+def _random_gemms_answered(ex, rng, draw, answer, n=300) -> int:
+    """How many of ``n`` random GEMMs (``draw()`` -> ((f1, h0, h1), token array), then a dequantisation
+    term drawn half of the time) ``answer(op, ex)`` answers; every answer must be the reference
+    max/argmax bit for bit."""
+    answered = 0
+    for _ in range(n):
+        (f1, h0, h1), x = draw()
+        op = AffineOp("r", "matrix", 1, x, f1=f1, h0=h0, h1=h1, dequant_flops=float(rng.integers(0, 2)) * 1e6)
+        got = answer(op, ex)
+        if got is None:
+            continue
+        answered += 1
+        want_t, want_i = _ref_op_time(op, ex)
+        assert _bits_equal(got[0], want_t) and np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i)
+    return answered
 
 
 # the batch x prompt grid of a sweep chunk: a prefill over B·P tokens runs from 16 tokens (its GEMMs
@@ -69,17 +84,9 @@ def test_gemm_across_the_ridge_on_random_coefficients():
     ex = _exec()
     rng = np.random.default_rng(7)
     x = np.linspace(1.0, 1e6, 4096).reshape(64, 64)
-    answered = 0
-    for _ in range(300):
-        f1, h0, h1 = 10 ** rng.uniform(0, 12), 10 ** rng.uniform(0, 12) * rng.integers(0, 2), 10 ** rng.uniform(-3, 6)
-        xs = x * rng.uniform(0.5, 2.0)
-        op = AffineOp("r", "matrix", 1, xs, f1=f1, h0=h0, h1=h1, dequant_flops=float(rng.integers(0, 2)) * 1e6)
-        got = pc._gemm_across_ridge(op, ex, pc._ends(xs))
-        if got is None:
-            continue
-        answered += 1
-        want_t, want_i = _ref_op_time(op, ex)
-        assert _bits_equal(got[0], want_t) and np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i)
+    answered = _random_gemms_answered(
+        ex, rng, lambda: (_coefficients(rng), x * rng.uniform(0.5, 2.0)),
+        lambda op, ex: pc._gemm_across_ridge(op, ex, pc._ends(op.x)))
     assert answered >= 250
 
 
@@ -132,12 +139,7 @@ def test_passes_with_the_shortcuts_equal_the_reference(setup):
     for sh in (prefill_shape(B, P), decode_shape(B, 1.0, P + 64.0), decode_shape(B, 33.0, P + 64.0)):
         with operator_rows(False):
             got = pc.pass_cost(sh, ex)
-        want = reference_pass_cost(sh, ex)
-        for f in ("time_s", "flops", "hbm_bytes"):
-            assert _bits_equal(getattr(got, f), getattr(want, f)), f
-        for b in want.by_bound:
-            assert _bits_equal(np.broadcast_to(got.by_bound[b], np.shape(want.time_s)),
-                               np.broadcast_to(want.by_bound[b], np.shape(want.time_s))), b
+        assert_pass_equals_reference(got, reference_pass_cost(sh, ex))
 
 
 # ------------------------------------------------ attention with bounded FLOPs per byte (tree drafts)
@@ -287,17 +289,9 @@ def test_two_terms_on_arrays_equals_the_stacked_terms(kw):
     both bounds occur (a T4 runs out of FLOPs at a smaller batch than an MI300X)."""
     ex = _stacked_exec(**kw)
     batch = np.asarray([1.0, 2.0, 8.0, 64.0, 512.0, 4096.0]).reshape(1, -1)
-    bounds = set()
     ops = [op for op in layer_ops(decode_shape(batch, 1.0, 1024.0 + batch * 0.0), ex) if op.kind == "matrix"]
     assert len(ops) >= 4
-    for op in ops:
-        got = pc._two_terms_on_arrays(op, ex)
-        assert got is not None, op.name
-        want_t, want_i = _ref_op_time(op, ex)
-        assert _bits_equal(got[0], want_t), op.name
-        assert np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i), op.name
-        bounds |= set(np.unique(want_i).tolist())
-    assert bounds == {0, 1}
+    assert assert_answers_match_reference(ops, ex, pc._two_terms_on_arrays) == {0, 1}
 
 
 def test_two_terms_on_arrays_on_random_coefficients():
@@ -305,17 +299,9 @@ def test_two_terms_on_arrays_on_random_coefficients():
     answers, its answer is the stacked max/argmax bit for bit; it answers nearly all of them."""
     ex = _stacked_exec()
     rng = np.random.default_rng(11)
-    answered = 0
-    for _ in range(300):
-        x = np.sort(10 ** rng.uniform(0, 6, 40)).reshape(1, -1)
-        f1, h0, h1 = 10 ** rng.uniform(0, 12), 10 ** rng.uniform(0, 12) * rng.integers(0, 2), 10 ** rng.uniform(-3, 6)
-        op = AffineOp("r", "matrix", 1, x, f1=f1, h0=h0, h1=h1, dequant_flops=float(rng.integers(0, 2)) * 1e6)
-        got = pc._two_terms_on_arrays(op, ex)
-        if got is None:
-            continue
-        answered += 1
-        want_t, want_i = _ref_op_time(op, ex)
-        assert _bits_equal(got[0], want_t) and np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i)
+    answered = _random_gemms_answered(
+        ex, rng, lambda: _swap(np.sort(10 ** rng.uniform(0, 6, 40)).reshape(1, -1), _coefficients(rng)),
+        pc._two_terms_on_arrays)
     assert answered >= 290
 
 
@@ -368,15 +354,7 @@ def test_two_terms_on_arrays_other_kernels_equal_the_stacked_terms(kw):
     ops.append(Op("attn", "attention", 1, flops=np.outer(np.arange(1.0, 6.0), batch.ravel()) * 1e9,
                   hbm_bytes=np.outer(np.ones(5), batch.ravel()) * 4e6, unit_flops_per_s=ex.attention_matrix_flops_per_s))
     assert len(ops) >= 3
-    bounds = set()
-    for op in ops:
-        got = pc._two_terms_on_arrays(op, ex)
-        assert got is not None, op.name
-        want_t, want_i = _ref_op_time(op, ex)
-        assert _bits_equal(got[0], want_t), op.name
-        assert np.array_equal(np.broadcast_to(got[1], want_i.shape), want_i), op.name
-        bounds |= set(np.unique(want_i).tolist())
-    assert bounds == {0, 1}
+    assert assert_answers_match_reference(ops, ex, pc._two_terms_on_arrays) == {0, 1}
 
 
 def test_two_terms_on_arrays_other_kernels_decline_and_tie():
