@@ -35,7 +35,7 @@ def test_peer_to_peer_kernels_and_sends_keep_the_datasheet_rate():
 
 def test_without_a_measurement_the_datasheet_stands_in():
     bare = Link("x", bandwidth_bytes_per_s=4.0e11, latency_s=2e-6)
-    assert bare.collective_beta == 4.0e11
+    assert bare.collective_beta_bytes_per_s == 4.0e11
     # ring, n = 2: 2·2e-6 + 1·4e6/4e11 = 4e-6 + 1e-5 = 1.4e-5
     assert allreduce_time_s(4e6, 2, bare, "ring") == pytest.approx(1.4e-5)
 
@@ -46,7 +46,7 @@ def test_l40s_tp4_prefill_all_reduce_by_hand():
     # 6·8e-6 + 1.5·33554432/2.2e10 = 4.8e-5 + 2.287802e-3 = 2.335802e-3 s per all-reduce
     # (tree: 4·8e-6 + 2·33554432/2.2e10 = 3.082e-3 s; auto picks the ring)
     link = load_hardware("l40s").scale_up
-    assert (link.bandwidth_bytes_per_s, link.collective_beta) == (3.1508e10, 2.2e10)
+    assert (link.bandwidth_bytes_per_s, link.collective_beta_bytes_per_s) == (3.1508e10, 2.2e10)
     assert allreduce_time_s(33554432, 4, link, "auto") == pytest.approx(2.335802e-3, rel=1e-6)
 
 
@@ -61,7 +61,7 @@ def test_every_shipped_part_records_its_collective_bandwidth_with_a_source():
         rec = data["interconnect"]["scale_up"]["collective_bandwidth_bytes_per_s"]
         assert rec["source"].split(":")[0] in SOURCE_KINDS, hid
         up = load_hardware(hid).scale_up
-        assert 0 < up.collective_beta <= up.bandwidth_bytes_per_s, hid
+        assert 0 < up.collective_beta_bytes_per_s <= up.bandwidth_bytes_per_s, hid
 
 
 def _broken(tmp_path, value, **extra):
@@ -95,5 +95,5 @@ def test_source_required_and_unknown_keys_refused(tmp_path):
 def test_ablation_switch_restores_the_datasheet_rate():
     rewrite = c.ABLATIONS["all-reduce at the measured bus bandwidth (nccl-tests busbw; off: datasheet link rate)"]()["records"]
     hw = rewrite(SimpleNamespace(hardware="a100-80gb"))["hardware"]
-    assert load_hardware("a100-80gb").scale_up.collective_beta == 2.316e11
-    assert hw.scale_up.collective_beta == hw.scale_up.bandwidth_bytes_per_s == 3.0e11
+    assert load_hardware("a100-80gb").scale_up.collective_beta_bytes_per_s == 2.316e11
+    assert hw.scale_up.collective_beta_bytes_per_s == hw.scale_up.bandwidth_bytes_per_s == 3.0e11

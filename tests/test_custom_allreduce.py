@@ -26,7 +26,7 @@ PCIE = Link("PCIe 4.0 x16", bandwidth_bytes_per_s=2.5e10, latency_s=1e-5)
 def test_link_is_the_mi300x_mesh():
     assert (MESH.latency_s, MESH.bandwidth_bytes_per_s) == (8e-6, 4.48e11)
     # RCCL's ring/tree run at 7 links × ~48 GB/s usable = 336 GB/s; the peer-to-peer kernel at the 448 GB/s datasheet
-    assert MESH.collective_beta == 7 * 48e9
+    assert MESH.collective_beta_bytes_per_s == 7 * 48e9
     assert custom_allreduce_applies(8, MESH)
 
 

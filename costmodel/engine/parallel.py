@@ -97,7 +97,7 @@ def allreduce_time_s(message_bytes, n: int, link: Link, algorithm: str = "ring")
     """Time of one all-reduce of ``message_bytes`` across ``n`` devices over ``link``.
 
     ring: 2(n−1)·α + 2(n−1)/n · S/β_c;  tree (double binary tree): 2·log2(n)·α + 2·S/β_c, with β_c the
-    link's measured all-reduce bus bandwidth (``Link.collective_beta``: nccl-tests busbw at large
+    link's measured all-reduce bus bandwidth (``Link.collective_beta_bytes_per_s``: nccl-tests busbw at large
     messages, the datasheet rate where none is recorded; the tree takes the ring's measured figure, as
     no tree busbw is recorded: it wins only where α dominates);
     auto: the smaller of the two for each message (NCCL picks its algorithm per message size);
@@ -124,10 +124,10 @@ def _allreduce_several_s(s, n, link: Link, algorithm: str):
     if algorithm == "auto":
         return np.minimum(_allreduce_several_s(s, n, link, "ring"), _allreduce_several_s(s, n, link, "tree"))
     if algorithm == "tree":
-        return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.collective_beta
+        return 2.0 * np.log2(n) * link.latency_s + 2.0 * s / link.collective_beta_bytes_per_s
     if algorithm != "ring":
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
-    return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.collective_beta
+    return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * s / link.collective_beta_bytes_per_s
 
 
 def custom_allreduce_applies(n: int, link: Link) -> bool:
@@ -202,7 +202,8 @@ def _per_device(hw, pick) -> Link:
     return Link(type=links[0].type,
                 bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(hw.shape),
                 latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(hw.shape),
-                collective_bandwidth_bytes_per_s=np.asarray([x.collective_beta for x in links], dtype=float).reshape(hw.shape))
+                collective_bandwidth_bytes_per_s=np.asarray([x.collective_beta_bytes_per_s for x in links],
+                                                            dtype=float).reshape(hw.shape))
 
 
 def _per_element(hw, n, pick) -> Link:
@@ -226,7 +227,8 @@ def _per_element(hw, n, pick) -> Link:
     return Link(type=links[0].type,
                 bandwidth_bytes_per_s=np.asarray([x.bandwidth_bytes_per_s for x in links], dtype=float).reshape(shape),
                 latency_s=np.asarray([x.latency_s for x in links], dtype=float).reshape(shape),
-                collective_bandwidth_bytes_per_s=np.asarray([x.collective_beta for x in links], dtype=float).reshape(shape))
+                collective_bandwidth_bytes_per_s=np.asarray([x.collective_beta_bytes_per_s for x in links],
+                                                            dtype=float).reshape(shape))
 
 
 def _link_between(hw: Hardware, pairs) -> Link:

@@ -30,7 +30,7 @@ class Link:
     collective_bandwidth_bytes_per_s: float | None = None
 
     @property
-    def collective_beta(self):
+    def collective_beta_bytes_per_s(self):
         """β of the NCCL ring/tree all-reduce: the measured busbw where recorded, else the datasheet rate."""
         c = self.collective_bandwidth_bytes_per_s
         return self.bandwidth_bytes_per_s if c is None else c
@@ -280,7 +280,7 @@ def stack_hardware(members, shape) -> HardwareStack:
         ls = [getattr(m, name) for m in members]
         return Link(type=ls[0].type, bandwidth_bytes_per_s=arr([x.bandwidth_bytes_per_s for x in ls]),
                     latency_s=arr([x.latency_s for x in ls]),
-                    collective_bandwidth_bytes_per_s=arr([x.collective_beta for x in ls]))
+                    collective_bandwidth_bytes_per_s=arr([x.collective_beta_bytes_per_s for x in ls]))
 
     nums = {f: arr([getattr(m, f) for m in members], np.int64 if f == "sm_count" else float) for f in _STACKED}
     return HardwareStack(
