@@ -23,7 +23,7 @@ protocol; their small messages are α-bound):
           the algorithm with the lower modelled time):
                                                   t = min(ring, tree)   — tree below S ≈ 32·α·β_c at n = 8
     one-shot (peer-to-peer kernel: every rank reads the n − 1 peers' whole buffers over its own
-          links in parallel, then reduces locally; one synchronisation):
+          links in parallel, then reduces locally; priced with one synchronisation α):
                                                   t = α + (n − 1)·S/β
     two-shot (peer-to-peer reduce-scatter, then all-gather of the reduced slices):
                                                   t = 2·α + 2(n − 1)/n · S/β
@@ -154,7 +154,11 @@ def custom_allreduce_s(message_bytes, n: int, link: Link):
     (each rank reads its 1/n slice from every peer) and an all-gather of the reduced slices, two
     barriers. Cross-check on MI300X (α = 8 µs, β = 448 GB/s, xGMI mesh): a 16 KiB one-shot at n = 4
     prices 8 + 3·16384/448e9 s = 8.1 µs; SGLang PR 6619 measures its custom all-reduce (vLLM's
-    kernel) at 7.26 µs for 16 KB on 4 MI300X."""
+    kernel) at 7.26 µs for 16 KB on 4 MI300X. Known to be low on H100 (not yet priced): vLLM's
+    benchmark_device_communicators (10 all-reduces in one CUDA graph) measures one-shot 10 / 14 / 23 /
+    38 µs at 0.5 / 1 / 2 / 4 MB on 4 H100s (vllm-project/vllm#24532) against 5.4 / 8.8 / 15.8 / 29.8 µs
+    here (the slope matches; the kernel has a start and an end barrier, not one α), and two-shot
+    15 / 17 / 26 / 37 µs on 6 (vllm-project/vllm#24111), a slope of ~261 GB/s, not β = 450."""
     s = np.asarray(message_bytes, dtype=float)
     alpha, beta = link.latency_s, link.bandwidth_bytes_per_s
     limit = dict(CUSTOM_ONESHOT_BYTES)[4 if int(np.max(n)) <= 4 else 8]

@@ -90,16 +90,21 @@ def shared_call(name: str, key, compute, keep=None):
     memo = _MEMO.get()
     if memo is None:
         return compute()
-    k = (name, key)
-    hit = memo.get(k)
+    return _lru(memo, (name, key), compute, SHARED_PASSES, keep)
+
+
+def _lru(memo, key, make, limit: int, keep=None):
+    """The entry of ``memo`` (an OrderedDict) under ``key``, made by ``make()`` and kept (when
+    ``keep`` allows) if absent; the least recently used entry goes beyond ``limit`` entries."""
+    hit = memo.get(key)
     if hit is None:
-        hit = compute()
+        hit = make()
         if keep is None or keep(hit):
-            memo[k] = hit
-            if len(memo) > SHARED_PASSES:
+            memo[key] = hit
+            if len(memo) > limit:
                 memo.popitem(last=False)
     else:
-        memo.move_to_end(k)
+        memo.move_to_end(key)
     return hit
 
 
@@ -112,15 +117,7 @@ def shared_exec(ex):
     memo = _EXECS.get()
     if memo is None or ex is None:
         return ex
-    key = exec_key(ex)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = ex
-        if len(memo) > SHARED_EXECS:
-            memo.popitem(last=False)
-    else:
-        memo.move_to_end(key)
-    return hit
+    return _lru(memo, exec_key(ex), lambda: ex, SHARED_EXECS)
 
 
 def shared(key):
