@@ -372,3 +372,43 @@ def test_two_terms_on_arrays_other_kernels_decline_and_tie():
     t, idx = pc._two_terms_on_arrays(tie, ex)
     want_t, want_i = _ref_op_time(tie, ex)
     assert not np.any(want_i) and not np.any(idx) and _bits_equal(t, want_t)
+
+
+# ------------------------------------------------------------------ a bound's accumulator (_add_where)
+
+def _reference_add_where(a, tc, idx, i):
+    """The reference pass's accumulation: a + where(idx == i, t, 0.0)·count, with tc = t·count (where the
+    mask holds the product is tc, elsewhere 0.0·count = +0.0)."""
+    return (0.0 if a is None else a) + np.where(idx == i, tc, 0.0)
+
+
+@pytest.mark.parametrize("a_shape, tc_shape, idx_shape", [
+    ((4, 5), (4, 5), (4, 5)),         # everything grid-sized
+    ((4, 5), (4, 1), (4, 1)),         # a per-batch operator added into a grid-sized sum
+    ((4, 1), (4, 5), (4, 5)),         # a per-batch sum meeting a grid-sized operator
+    (None, (4, 5), (4, 5)),           # the first operator of that bound
+])
+@pytest.mark.parametrize("owned", [True, False])
+def test_add_where_is_the_reference_sum_bit_for_bit(a_shape, tc_shape, idx_shape, owned):
+    rng = np.random.default_rng(7)
+    a = None if a_shape is None else rng.uniform(0.0, 1.0, a_shape)
+    if a is not None:
+        a.flat[0] = -0.0                # -0.0 + (+0.0) is +0.0 in the reference: the sum must say so
+    tc = rng.uniform(0.0, 1.0, tc_shape)
+    idx = rng.integers(0, 3, idx_shape).astype(np.int8)
+    idx.flat[0] = 2                   # bound 1 does not hold where a has its -0.0
+    a_before = None if a is None else a.copy()
+    tc_before = tc.copy()
+    want = _reference_add_where(a, tc, idx, 1)
+    got, got_owned = pc._add_where(a, owned, tc, idx, 1, 0, 2)
+    assert got_owned and got.shape == want.shape and _bits_equal(got, want)
+    assert _bits_equal(tc, tc_before)                              # the operator's time is not written
+    if a is not None and not (owned and a.shape == want.shape):
+        assert _bits_equal(a, a_before)                            # an array the caller does not own: kept
+
+
+def test_add_where_skips_a_middle_bound_that_binds_nowhere():
+    # bounds 0..2 occur (lo = 0, hi = 2); bound 1 nowhere: the sum is returned as it is, not copied
+    a = np.array([1.0, 2.0])
+    got, owned = pc._add_where(a, False, np.array([5.0, 6.0]), np.array([0, 2], dtype=np.int8), 1, 0, 2)
+    assert got is a and owned is False

@@ -118,3 +118,16 @@ def test_overhead_cost_of_an_array_of_seconds():
     assert list(c.time_s) == [1.0, 2.0] and list(c.by_bound["launch"]) == [1.0, 2.0]
     c = roofline.overhead_cost(0.5, shape=(2,))
     assert list(c.time_s) == [0.5, 0.5]
+
+
+def test_bound_index_is_computed_once_per_cost():
+    # memory 2 s, compute 1 s in the first element, the other way round in the second: bound 1 then 0
+    z = np.zeros(2)
+    by = {b: z for b in roofline.BOUNDS}
+    by = dict(by, memory=np.array([2.0, 1.0]), compute=np.array([1.0, 2.0]))
+    c = Cost(np.array([2.0, 2.0]), z, z, by, [])
+    first = c.bound_index()
+    assert first.tolist() == [1, 0] and c.bound_index() is first       # kept: a shared prefill asks twice
+    assert not first.flags.writeable
+    c.by_bound = dict(by, launch=np.array([3.0, 3.0]))                 # another attribution: computed again
+    assert c.bound_index().tolist() == [4, 4]

@@ -78,8 +78,16 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     nd, counts = run if run is not None else (None, [None])
     n_hw = 1 if hw is None else len(hw.raw)
 
+    # the group's values in axis order (a label's order), the device and count set per call
+    template = {a.name: None if a is hw or a is nd else a.raw[index[a.name]] for a in group}
+
     def gvals(j, c=counts[0]):
-        return {a.name: a.raw[j if a is hw else c if a is nd else index[a.name]] for a in group}
+        g = dict(template)
+        if hw is not None:
+            g[hw.name] = hw.raw[j]
+        if nd is not None:
+            g[nd.name] = nd.raw[c]
+        return g
 
     def devices_in(mode):
         if hw is None:

@@ -75,13 +75,22 @@ class Cost:
 
     def bound_index(self) -> np.ndarray:
         """Index into :data:`BOUNDS` of the resource with the most attributed time (the first on a
-        tie), per element: int8, shaped like ``time_s`` (possibly a broadcast view)."""
+        tie), per element: int8, shaped like ``time_s`` (possibly a broadcast view). Kept on the
+        Cost once computed, read-only (a Cost is not changed once built: a sweep's autoregressive
+        and speculative blocks share one prefill Cost, ``engine.pass_memo``)."""
+        kept = self.__dict__.get("_bound_index")
+        if kept is not None and kept[0] is self.time_s and kept[1] is self.by_bound:
+            return kept[2]
         shape = np.shape(self.time_s)
         fast = max_argmax([compact_as(self.by_bound[b], shape) for b in BOUNDS], max_wanted=False)
         if fast is not None:
-            return np.broadcast_to(np.asarray(fast[1], dtype=np.int8), shape)
-        stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])
-        return np.argmax(stack, axis=0).astype(np.int8)
+            idx = np.broadcast_to(np.asarray(fast[1], dtype=np.int8), shape)
+        else:
+            stack = np.stack([np.broadcast_to(self.by_bound[b], shape) for b in BOUNDS])
+            idx = np.argmax(stack, axis=0).astype(np.int8)
+            idx.flags.writeable = False
+        self.__dict__["_bound_index"] = (self.time_s, self.by_bound, idx)
+        return idx
 
 
 class DeferredWork(Cost):
