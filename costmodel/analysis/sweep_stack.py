@@ -78,17 +78,7 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     nd, counts = run if run is not None else (None, [None])
     n_hw = 1 if hw is None else len(hw.raw)
 
-    # the group's values in axis order (a label's order), the device and count set per call
-    template = {a.name: None if a is hw or a is nd else a.raw[index[a.name]] for a in group}
-
-    def gvals(j, c=counts[0]):
-        g = dict(template)
-        if hw is not None:
-            g[hw.name] = hw.raw[j]
-        if nd is not None:
-            g[nd.name] = nd.raw[c]
-        return g
-
+    gvals = _group_values(group, index, hw, nd, counts[0])
     def devices_in(mode):
         if hw is None:
             return [None]
@@ -129,6 +119,21 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
                                 counts=tuple(ns) if nd is not None else ()))
     _canonical_values(group, index, rec, hw, nd, counts, ns)
     return blocks
+
+
+def _group_values(group: list, index: dict, hw, nd, c0):
+    """``gvals(j, c=c0)``: the group's values (in axis order, a label's order) with the ``hw`` axis at
+    value j and the ``nd`` axis at value c; the others at ``index``."""
+    template = {a.name: None if a is hw or a is nd else a.raw[index[a.name]] for a in group}
+
+    def gvals(j, c=c0):
+        g = dict(template)
+        if hw is not None:
+            g[hw.name] = hw.raw[j]
+        if nd is not None:
+            g[nd.name] = nd.raw[c]
+        return g
+    return gvals
 
 
 def _devices(raw: list, mode) -> list:

@@ -351,22 +351,17 @@ def pass_cost(shape: PassShape, ex: Exec) -> Cost:
 
 
 def _add_where(a, owned: bool, tc, idx, i: int, lo: int, hi: int):
-    """(a + where(idx == i, tc, 0.0), owned) for pass_cost's accumulator of bound i: the reference's
-    sum, tc where the operator is bound by i and +0.0 elsewhere, added in place where ``a`` is the
-    caller's own array of the sum's shape, else into the new ``where`` array (IEEE addition is
-    commutative); ``a`` None is 0.0. (numpy's masked add, ``np.add(..., where=mask)``, gives the
-    same elements for an ``a`` without -0.0 but runs 1.5–3× slower than ``where`` and an add.)"""
+    """(a + where(idx == i, tc, 0.0), owned), the reference's sum for bound i (``a`` None is 0.0), in
+    place into ``a`` when it is the caller's own of the sum's shape, else into the new ``where``
+    array (addition is commutative); numpy's masked add (``where=``) runs 1.5–3× slower."""
     mask = idx == i
     if lo < i < hi and not mask.any():     # the smallest and largest index occur: +0.0 everywhere
         return a, owned
-    part = np.where(mask, tc, 0.0)         # a new array of the shape of tc and mask broadcast
-    if a is None:
-        return np.add(0.0, part, out=part), True
-    if owned and type(a) is np.ndarray and a.ndim and broadcast_shape(a.shape, part.shape) == a.shape:
-        return np.add(a, part, out=a), True
-    if broadcast_shape(np.shape(a), part.shape) == part.shape:
-        return np.add(a, part, out=part), True
-    return a + part, True
+    part = np.where(mask, tc, 0.0)
+    a = 0.0 if a is None else a
+    shp = broadcast_shape(np.shape(a), part.shape)
+    into = a if owned and type(a) is np.ndarray and a.shape == shp else part if part.shape == shp else None
+    return np.add(a, part, out=into), True
 
 
 def work_summed_over_passes(cost: Cost, n: int, zero):
