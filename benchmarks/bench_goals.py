@@ -130,9 +130,12 @@ def main(argv=None):
                      ratio(1.0 / t), "< 10 ms"))
     if args.big_rows:
         side = int(args.big_rows ** 0.5)
+        n_prompts = args.big_rows // side
+        # prompts from 16 tokens to within the model's 32,768-token context (with 128 generated)
+        step = max(1, (32768 - 128 - 16) // max(n_prompts - 1, 1))
         out = "bench_big.parquet"
         cmd = [sys.executable, "-m", "costmodel", "sweep", *(f"{k}={v}" for k, v in SETUPS["speculative"].items()),
-               f"batch_size=1:{side}", f"prompt_len=16:{16 * (args.big_rows // side)}:16", "--output", out,
+               f"batch_size=1:{side}", f"prompt_len=16:{16 + step * (n_prompts - 1)}:{step}", "--output", out,
                "--no-progress"]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

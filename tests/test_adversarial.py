@@ -398,6 +398,20 @@ def test_csv_output_is_safe_for_spreadsheets(tmp_path):
     assert list(back["n"]) == [-1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("labels", [["=1+1", "plain", "=1+1", None],
+                                    ["=1+1", "'=1+1", "plain", None]])   # the prefixed text a category too
+def test_csv_output_of_text_categories_is_safe_for_spreadsheets(tmp_path, labels):
+    # a sweep's text columns are categorical: the formula text is prefixed wherever it occurs
+    import pandas as pd
+
+    from costmodel.analysis.sweep import write_frame
+    df = pd.DataFrame({"label": pd.Categorical(labels), "n": range(len(labels))})
+    p = tmp_path / "out.csv"
+    write_frame(df, p)
+    back = pd.read_csv(p, keep_default_na=False)["label"].tolist()
+    assert back == ["'" + v if v and v.startswith("=") else (v or "") for v in labels]
+
+
 def test_cli_csv_cells_are_escaped(capsys):
     from costmodel.cli.format import csv_text
     assert csv_text([{"a": "=1+1", "b": -2}]) == "a,b\n'=1+1,-2\n"

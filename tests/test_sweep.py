@@ -207,6 +207,9 @@ def test_dask_equals_in_process(cluster):
     got = sweep(base, engine="dask", scheduler=cluster.scheduler_address, chunk_rows=70, **DASK_AXES)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.astype(got.dtypes.to_dict()),
                                   check_dtype=False)
+    text = [c for c in want.columns if want[c].dtype == "category"]
+    assert {"hardware", "strategy", "model", "bound", "notes"} <= set(text)
+    assert all(got[c].dtype == want[c].dtype for c in text)         # the same categories, in order
 
 
 def test_dask_partitioned_parquet(cluster, tmp_path):
@@ -444,7 +447,8 @@ def test_forked_workers_give_the_single_process_frame(monkeypatch):
     assert calls == [1]
     _frames_identical(one, two)
     assert set(two["bound"]) <= {"compute", "memory", "l2", "interconnect", "launch"}
-    assert two["bound"].dtype == object and (two["model"] == SPEC["model"]).all()
+    assert list(two["bound"].cat.categories) == sorted(set(two["bound"])) and (two["model"] == SPEC["model"]).all()
+    assert two["model"].dtype == one["model"].dtype == "category"
 
 
 def test_forked_workers_three_axes_and_broadcast_columns(monkeypatch):

@@ -63,7 +63,7 @@ import os
 import numpy as np
 
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, InvalidRows, check_on_invalid
-from costmodel.analysis.sweep_columns import CODE_KEYS, CODE_TEXT, Columns, axis_array, contiguous
+from costmodel.analysis.sweep_columns import CODE_KEYS, Columns, axis_array, axis_column, frame_column
 from costmodel.analysis.sweep_grid import Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import _SOURCE, check_output, write_frame
@@ -226,14 +226,14 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         if len(tasks) >= 2 * workers:
             try:
                 got = evaluate_forked(tasks, _run_piece, lambda t: (t[1][0], t[1][1]), shape, axes, workers,
-                                      progress, total, CODE_KEYS, CODE_TEXT)
+                                      progress, total, CODE_KEYS)
             except InputError:
                 if strict:
                     raise
                 got = None                # a piece is invalid: in this process, marking it
             if got is not None:
-                cols.cols, tasks = got, []
-                cols.written = dict.fromkeys(got, cols.n)         # the bound codes come as text
+                cols.adopt(got)
+                tasks = []
         done_pairs = _map(run, tasks, workers)
     elif workers > 1 and can_fork():
         # several groups: dealt to forked processes, their results gathered here in grid order
@@ -256,12 +256,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         if progress is not None:
             progress(done, total)
     cols.finish(invalid.mask)             # the invalid rows' outputs blanked (NaN, None)
-    axis_cols = {}
-    for k, a in enumerate(axes_l):
-        vals = axis_array(a)
-        s = [1] * len(shape)
-        s[k] = len(vals)
-        axis_cols[a.name] = np.broadcast_to(vals.reshape(s), shape)
+    axis_cols = {a.name: axis_column(axis_array(a), k, shape) for k, a in enumerate(axes_l)}
     return names, axis_cols, cols, invalid
 
 
@@ -476,14 +471,14 @@ def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers
 
     with _gc_paused(), shared_passes():          # neighbouring blocks share equal passes (engine.pass_memo)
         names, axis_cols, cols, invalid = _evaluate_grid(base, axes, chunk_rows, progress, workers, on_invalid)
-    data = {n: contiguous(axis_cols[n]).reshape(-1) for n in names}
+    data = {n: axis_cols[n] for n in names}
     for k, a in cols.cols.items():
-        data[k] = a.reshape(-1)
+        data[k] = frame_column(a)
     if on_invalid == "mark":
         data[REASON_COLUMN] = (np.full(cols.n, None, dtype=object) if invalid.reasons is None
                                else invalid.reasons.reshape(-1))
-    for k, a in data.items():     # text stays object dtype: no conversion pass over the rows
-        if a.dtype == object:
+    for k, a in data.items():     # other objects (invalid_reason) stay object dtype: no pass over the rows
+        if isinstance(a, np.ndarray) and a.dtype == object:
             data[k] = pd.Series(a, dtype=object, copy=False)
     df = pd.DataFrame(data, copy=False)
     if on_invalid == "drop" and invalid.mask is not None:

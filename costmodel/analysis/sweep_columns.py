@@ -1,5 +1,6 @@
 """The sweep's output columns: grid-shaped arrays allocated on first write, filled block by block,
-bound codes turned into text once per column. Used by :mod:`costmodel.analysis.sweep`."""
+text kept as small-integer codes and returned as pandas categories. Used by
+:mod:`costmodel.analysis.sweep`."""
 
 from __future__ import annotations
 
@@ -31,8 +32,73 @@ def array_kind(a) -> str:
 
 #: text columns that chunks deliver as int8 indices into roofline.BOUNDS (evaluate_arrays(bound_codes=True))
 CODE_KEYS = ("bound", "prefill_bound")
-#: the text of each code; -1 (a row no block wrote) reads as None
-CODE_TEXT = np.asarray(BOUNDS + (None,), dtype=object)
+
+
+class TextColumn:
+    """A text column as grid-shaped integer codes into its distinct texts (-1: no text), turned into a
+    ``pandas.Categorical`` for the frame (:meth:`categorical`). A chunk's text is a small-integer
+    fill of its region instead of a reference per row, and the frame needs no pass over Python
+    strings. A value that is neither text nor None is refused (:meth:`put` returns False): the
+    caller keeps that column as objects (:meth:`objects`)."""
+
+    def __init__(self, shape):
+        self.codes = empty_aligned(shape, dtype=np.int8)
+        self.codes.fill(-1)
+        self.index: dict = {}             # text -> code, in first-written order
+
+    @classmethod
+    def of_codes(cls, codes: np.ndarray, texts: tuple) -> "TextColumn":
+        """The column whose (int8) codes index ``texts`` (the bound names of ``CODE_KEYS``)."""
+        col = cls.__new__(cls)
+        col.codes, col.index = codes, {t: i for i, t in enumerate(texts)}
+        return col
+
+    def _code(self, v):
+        if v is None:
+            return -1
+        c = self.index.get(v)
+        if c is None:
+            c = self.index[v] = len(self.index)
+            if c > np.iinfo(self.codes.dtype).max:
+                self.codes = self.codes.astype(np.int16 if c < 1 << 15 else np.int32)
+        return c
+
+    def put(self, where, value) -> bool:
+        """Write ``value`` (a text, None, or an array of them broadcast to the region) at ``where``."""
+        if isinstance(value, np.ndarray):
+            flat = value.reshape(-1).tolist()
+            if not all(v is None or isinstance(v, str) for v in flat):
+                return False
+            codes = [self._code(None if v is None else str(v)) for v in flat]
+            self.codes[where] = np.asarray(codes, dtype=self.codes.dtype).reshape(value.shape)
+            return True
+        if not (value is None or isinstance(value, str)):
+            return False
+        self.codes[where] = self._code(None if value is None else str(value))
+        return True
+
+    def texts(self) -> list:
+        return list(self.index)
+
+    def objects(self) -> np.ndarray:
+        """The column as an object array (None where there is no text)."""
+        return np.asarray(self.texts() + [None], dtype=object)[self.codes]
+
+    def categorical(self):
+        """The column, flattened, as a ``pandas.Categorical`` whose categories are the texts it holds,
+        sorted (what ``astype("category")`` gives); code -1 is a missing value."""
+        import pandas as pd
+
+        codes, texts = self.codes.reshape(-1), self.texts()
+        held = [t for t, c in self.index.items() if (codes == c).any()] if len(texts) <= 32 else \
+            [texts[c] for c in np.unique(codes) if c >= 0]
+        order = sorted(held)
+        if order != texts:
+            lookup = np.full(len(texts) + 1, -1, dtype=codes.dtype)      # [-1] (no text) -> -1
+            for i, t in enumerate(order):
+                lookup[self.index[t]] = i
+            codes = lookup[codes]
+        return pd.Categorical.from_codes(codes, categories=pd.Index(order, dtype=object))
 
 
 #: float columns smaller than this come from slabs of SLAB_COLUMNS columns (Columns._float_column)
@@ -41,8 +107,9 @@ SLAB_COLUMNS = 48
 
 
 class Columns:
-    """Grid-shaped output columns, allocated on first write (NaN / None where a block has no value).
-    ``CODE_KEYS`` are kept as int8 codes until :meth:`finish` turns each into text in one pass."""
+    """Grid-shaped output columns, allocated on first write (NaN / no text where a block has no
+    value). Text is a :class:`TextColumn`; ``CODE_KEYS`` are kept as int8 codes until :meth:`finish`
+    makes each one (its codes index the bound names)."""
 
     def __init__(self, shape, multi: bool):
         self.shape = tuple(shape)
@@ -69,7 +136,7 @@ class Columns:
 
     def put(self, key, where, rows, value):
         a = self.cols.get(key)
-        if a is not None and type(value) is np.ndarray and value.dtype == a.dtype == np.float64:
+        if type(a) is np.ndarray and type(value) is np.ndarray and value.dtype == a.dtype == np.float64:
             a[where] = value              # a float column written again (the common case)
             self.written[key] += rows
             if self.multi:
@@ -79,6 +146,18 @@ class Columns:
             self._put_code(key, where, rows, value)
             return
         kind = value_kind(value)
+        if type(a) is TextColumn:
+            if kind == "o" and a.put(where, value):
+                self._wrote(key, where, rows)
+                return
+            a = self.cols[key] = a.objects()          # numbers or other objects: an object column
+        if a is None and kind == "o":
+            a = TextColumn(self.shape)
+            self.cols[key], self.wheres[key], self.written[key] = a, [], 0
+            if a.put(where, value):
+                self._wrote(key, where, rows)
+                return
+            a = self.cols[key] = a.objects()
         if a is None:
             if kind == "f":
                 a = self._float_column()
@@ -95,9 +174,23 @@ class Columns:
             if have != kind and not (have == "f" and kind in "bi") and have != "o":
                 a = self._widen(key, kind)
         a[where] = value
+        self._wrote(key, where, rows)
+
+    def _wrote(self, key, where, rows) -> None:
         self.written[key] += rows
         if self.multi:
             self.wheres[key].append(where)
+
+    def adopt(self, got: dict) -> None:
+        """Columns evaluated elsewhere (forked processes, ``fast.sweep_fork``), every row written:
+        numeric arrays, int8 bound codes (CODE_KEYS) and constant text (a str, every row's)."""
+        for key, v in got.items():
+            if isinstance(v, str):
+                v = TextColumn(self.shape)
+                v.codes.fill(v._code(got[key]))
+            elif key in CODE_KEYS:
+                self.coded.add(key)
+            self.cols[key], self.wheres[key], self.written[key] = v, [], self.n
 
     def wrote(self, where) -> None:
         """A block wrote its outputs at ``where`` (kept with several blocks: the rows a blank must
@@ -148,6 +241,12 @@ class Columns:
         for key, a in list(self.cols.items()):
             if key in skip:
                 continue
+            if type(a) is TextColumn:           # no text: code -1
+                if rows is not None and a.codes.flags.c_contiguous:
+                    a.codes.reshape(-1)[rows] = -1
+                else:
+                    np.putmask(a.codes, mask, -1)
+                continue
             kind = array_kind(a)
             if kind in "bi":
                 a = a.astype(float) if kind == "i" else a.astype(object)
@@ -161,9 +260,9 @@ class Columns:
             self.cols[key] = a
 
     def finish(self, mask=None):
-        """The columns as returned: bound codes turned into text, bool and int columns that some rows
+        """The columns as returned: bound codes as text columns, bool and int columns that some rows
         lack widened; with ``mask`` (invalid rows) those rows blanked (:meth:`blank`; a bound code
-        there is set to -1 first, read as None, instead of writing None into the text)."""
+        there is set to -1 first: a missing text)."""
         rows = None
         if mask is not None and self.multi:
             # several blocks: a row no block wrote is blank already (NaN, None, code -1)
@@ -175,7 +274,9 @@ class Columns:
                     a.reshape(-1)[rows] = -1
                 elif mask is not None:
                     np.putmask(a, mask, np.int8(-1))
-                self.cols[key] = CODE_TEXT[a]
+                self.cols[key] = TextColumn.of_codes(a, BOUNDS)
+                continue
+            if type(a) is TextColumn:
                 continue
             if self.written[key] < self.n and array_kind(a) in "bi":
                 new = a.astype(float) if array_kind(a) == "i" else a.astype(object)
@@ -208,6 +309,37 @@ def axis_array(a) -> np.ndarray:
     out = np.empty(len(vals), dtype=object)
     out[:] = vals
     return out
+
+
+def axis_column(vals: np.ndarray, k: int, shape):
+    """The frame column of axis k (values ``vals``) over a grid of ``shape``, in row order: a text
+    axis a ``pandas.Categorical`` (:class:`TextColumn`), any other a flat array."""
+    s = [1] * len(shape)
+    s[k] = len(vals)
+    if vals.dtype == object and len(vals) and all(isinstance(v, str) for v in vals.tolist()):
+        col = TextColumn(shape)
+        col.put((slice(None),) * len(shape), vals.reshape(s))
+        return col.categorical()
+    return contiguous(np.broadcast_to(vals.reshape(s), shape)).reshape(-1)
+
+
+def text_categories(series):
+    """A frame's object column as the in-process sweep returns it (a chunked engine's rows, gathered):
+    a Categorical with :class:`TextColumn`'s categories (the texts held, sorted) when it holds only
+    text and missing values; else as it is."""
+    import pandas as pd
+
+    seen = pd.unique(series.to_numpy())
+    if not all(v is None or isinstance(v, str) or (isinstance(v, float) and v != v) for v in seen):
+        return series
+    texts = sorted(v for v in seen if isinstance(v, str))
+    return series.astype(pd.CategoricalDtype(pd.Index(texts, dtype=object)))
+
+
+def frame_column(a):
+    """A grid-shaped output column as a frame column: a :class:`TextColumn` as its Categorical, an
+    array flattened."""
+    return a.categorical() if type(a) is TextColumn else a.reshape(-1)
 
 
 def _number_or_nan(text) -> float:

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from costmodel.analysis.sweep import CHUNK_ROWS, _flat, _plan, _record_keys, _rows, _sweep_local
-from costmodel.analysis.sweep_columns import array_kind, axis_array, value_kind
+from costmodel.analysis.sweep_columns import array_kind, axis_array, text_categories, value_kind
 from costmodel.analysis.sweep_output import _SOURCE
 from costmodel.analysis.sweep_grid import parse_axis
 from costmodel.analysis.sweep_invalid import REASON_COLUMN
@@ -184,7 +184,11 @@ def _run_dask(base, chunks, sizes, total, scheduler, workers, columns, dtypes, p
                     progress(done, total)
             return out
         frames = client.gather(futures)
-        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        for c in df.columns:              # text as the in-process sweep gives it: categories
+            if dtypes.get(c) == "object" and c != REASON_COLUMN:
+                df[c] = text_categories(df[c])
+        return df
     finally:
         if client is not scheduler:
             client.close()

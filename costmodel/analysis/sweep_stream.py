@@ -17,6 +17,7 @@ The file holds the rows :func:`costmodel.analysis.sweep.sweep` returns, in the s
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from costmodel.analysis.sweep_invalid import REASON_COLUMN, check_on_invalid
 
@@ -50,7 +51,10 @@ def stream_sweep(base: dict, axes: dict, path, *, chunk_rows: int | None = None,
                 df = sw._sweep_local(base, sub, sw.CHUNK_ROWS, None, n_workers, on_invalid)
                 invalid += size - len(df) if on_invalid == "drop" else (
                     int(df[REASON_COLUMN].notna().sum()) if on_invalid == "mark" else 0)
-                df = df.reindex(columns=columns).astype(dtypes)
+                df = df.reindex(columns=columns)
+                # text stays categorical (written as its codes and categories); the rest conformed
+                df = df.astype({c: t for c, t in dtypes.items()
+                                if not (t == "object" and isinstance(df[c].dtype, pd.CategoricalDtype))})
                 if parquet:
                     import pyarrow as pa
                     import pyarrow.parquet as pq
@@ -75,13 +79,19 @@ def stream_sweep(base: dict, axes: dict, path, *, chunk_rows: int | None = None,
 
 
 def _arrow_table(df, columns: list, dtypes: dict):
-    """``df`` as an Arrow table of a fixed schema (the same for every chunk): text dictionary-encoded."""
+    """``df`` as an Arrow table of a fixed schema (the same for every chunk): text dictionary-encoded
+    (a categorical column from its codes and categories)."""
     import pyarrow as pa
 
     arrays, fields = [], []
     for c in columns:
         s = df[c]
-        if dtypes[c] == "object":
+        if dtypes[c] == "object" and isinstance(s.dtype, pd.CategoricalDtype) and \
+                all(isinstance(v, str) for v in s.cat.categories):
+            codes = s.cat.codes.to_numpy()
+            arr = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), mask=codes < 0),
+                                                 pa.array(list(s.cat.categories), type=pa.string()))
+        elif dtypes[c] == "object":
             arr = _text(s).dictionary_encode()
         elif dtypes[c] == "boolean":
             arr = pa.array(s, type=pa.bool_(), from_pandas=True)

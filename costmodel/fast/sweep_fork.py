@@ -10,17 +10,16 @@ the fork: the kernel backs them with transparent huge pages where it can, as in 
 sweep. Each child evaluates the chunks it takes into one of a few slots of a small shared buffer
 (:class:`_Ring`, reused chunk after chunk, so only its few pages are ever faulted in; a column
 broadcast along a dimension is stored once along it) and tells the parent through a pipe; between
-its own chunks the parent copies each ready slot into its columns, fills the chunk's text columns
-and hands the slot back. (Output columns in shared memory would be
+its own chunks the parent copies each ready slot into its columns and hands the slot back. (Output columns in shared memory would be
 faulted in 4 KiB page by page wherever shared memory gets no huge pages, which costs about as much
 as evaluating the rows: two workers then took longer than one.) The columns:
 
 * numeric columns (float64, int64, bool);
-* a text column that holds one value per chunk (model, hardware, strategy, ...) is filled by the
-  parent from that value;
+* a text column that holds one value in every chunk (model, hardware, strategy, ...) is returned
+  as that value (a str);
 * a text column that names a bound (``bound``, ``prefill_bound``) arrives as int8 codes into
   :data:`costmodel.engine.roofline.BOUNDS` (``evaluate_arrays(bound_codes=True)``) and is returned
-  as text (``code_text``), filled chunk by chunk.
+  as those codes (an int8 column, copied like a numeric one).
 
 Anything else (another kind of text column, a column whose kind changes between chunks) makes
 :func:`evaluate_forked` return None, and the caller evaluates the grid in one process. So does a
@@ -181,14 +180,13 @@ class _Ring:
 
 
 def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress, total: int,
-                    code_keys: tuple, code_text):
+                    code_keys: tuple):
     """Evaluate ``tasks`` (``run(task)`` -> {key: value}; ``place(task)`` -> (grid index, rows)) on
     ``workers`` processes; keys in ``skip`` are not columns; ``code_keys`` arrive as int8 codes and
-    are returned as their text (``code_text``: an object array, the text of each code). Returns {key: grid-shaped array} in the first chunk's key order, or None when the grid
-    must be evaluated in one process (module doc). Every process learns the columns from the first
-    chunk it evaluates and the children's must equal the parent's. Text columns are filled chunk by
-    chunk as the chunks arrive: the parent's work per chunk, which the work queue balances against
-    the children's."""
+    are returned as such. Returns {key: grid-shaped array, or the text of a constant text column}
+    in the first chunk's key order, or None when the grid must be evaluated in one process (module
+    doc). Every process learns the columns from the first chunk it evaluates and the children's
+    must equal the parent's."""
     per = -(-len(tasks) // _QUEUE_ITEMS)             # tasks per queue entry
     batches = [tasks[i:i + per] for i in range(0, len(tasks), per)]
     ring = _Ring(max(place(t)[1] for t in tasks), workers - 1)
@@ -200,7 +198,7 @@ def evaluate_forked(tasks: list, run, place, shape, skip, workers: int, progress
     try:
         for c in range(workers - 1):
             children.append(_fork_child(c, qr, batches, per, run, place, shape, ring, skip, code_keys))
-        state = _Parent(children, ring, code_text, place, shape, tasks, progress, total, skip, code_keys)
+        state = _Parent(children, ring, place, shape, tasks, progress, total, skip, code_keys)
         ok = True
         while ok:
             got = os.read(qr, 4)
@@ -238,10 +236,10 @@ class _Parent:
     write) and its side of the children's messages: each chunk a child reports ready is copied from
     its slot into the columns and the slot handed back; failures are raised here."""
 
-    def __init__(self, children, ring, code_text, place, shape, tasks, progress, total, skip, code_keys):
+    def __init__(self, children, ring, place, shape, tasks, progress, total, skip, code_keys):
         self.children, self.ring, self.place, self.shape = children, ring, place, shape
         self.tasks, self.progress, self.total = tasks, progress, total
-        self.code_text, self.skip, self.code_keys = code_text, skip, code_keys
+        self.skip, self.code_keys = skip, code_keys
         self.specs = None
         self.bufs = [b""] * len(children)
         self.open = set(range(len(children)))
@@ -256,10 +254,8 @@ class _Parent:
         if specs is None or not self.ring.lay_out(specs):
             return False
         self.specs = specs
-        self.out = {k: empty_aligned(self.shape, dtype=info)
-                    for k, (kind, info) in specs.items()
-                    if kind == "num"}
-        self.text = {k: np.empty(self.shape, dtype=object) for k in specs if k not in self.out}
+        self.out = {k: empty_aligned(self.shape, dtype=np.int8 if kind == "code" else info)
+                    for k, (kind, info) in specs.items() if kind != "const"}
         return True
 
     def put_result(self, where, res: dict) -> bool:
@@ -273,17 +269,12 @@ class _Parent:
 
     def put(self, where, values: dict) -> None:
         """One chunk's values (fitting the columns) into its region ``where``."""
-        for key, (kind, info) in self.specs.items():
-            if key in self.out:
-                self.out[key][where] = values[key]
-            elif kind == "const":
-                self.text[key][where] = info
-            else:
-                self.text[key][where] = self.code_text[values[key]]
+        for key, col in self.out.items():
+            col[where] = values[key]
 
     def columns(self) -> dict:
-        """The columns in the first chunk's key order."""
-        return {key: self.out[key] if key in self.out else self.text[key] for key in self.specs}
+        """The columns in the first chunk's key order (a constant text column as its text)."""
+        return {key: self.out[key] if key in self.out else info for key, (_kind, info) in self.specs.items()}
 
     def advance(self, rows: int) -> None:
         self.done += rows

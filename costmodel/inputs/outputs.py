@@ -154,12 +154,23 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 def spreadsheet_safe(df):
     """``df`` with every text cell that starts with a formula character prefixed by ``'``.
-    Only object (text) columns are looked at; a column without such a cell is not copied."""
+    Only text columns (object, string or categorical) are looked at; a column without such a cell
+    is not copied."""
     import pandas as pd
 
     out = df
     for col in df.columns:
         s = df[col]
+        if isinstance(s.dtype, pd.CategoricalDtype):     # text as categories: each category looked at once
+            hits = {v: "'" + v for v in s.cat.categories if isinstance(v, str) and v.startswith(FORMULA_START)}
+            if not hits:
+                continue
+            if not set(hits.values()) & set(s.cat.categories):
+                if out is df:
+                    out = df.copy(deep=False)
+                out[col] = s.cat.rename_categories(hits)
+                continue
+            s = s.astype(object)        # a prefixed text is a category already: cell by cell below
         if s.dtype != object and not pd.api.types.is_string_dtype(s.dtype):
             continue                # numbers (negative ones included) and booleans are never touched
         try:                        # few distinct values in practice: look at each once
