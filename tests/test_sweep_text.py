@@ -35,6 +35,20 @@ def test_text_column_drops_texts_no_row_holds_and_widens_past_127():
     assert cat.isna().sum() == 150 and list(cat[150:152]) == ["t150", "t151"]
 
 
+def test_bound_codes_become_the_bounds_held():
+    # codes index the five bound names; only those held are categories, sorted
+    from costmodel.engine.roofline import BOUNDS
+    codes = np.array([[1, 1], [-1, 1]], dtype=np.int8)                  # memory only: re-coded 0 / -1
+    cat = TextColumn.of_codes(codes, BOUNDS).categorical()
+    assert list(cat.categories) == ["memory"] and cat.codes.tolist() == [0, 0, -1, 0]
+    codes = np.array([[0, 1], [1, -1]], dtype=np.int8)                  # compute, memory: codes kept
+    cat = TextColumn.of_codes(codes, BOUNDS).categorical()
+    assert list(cat.categories) == ["compute", "memory"] and cat.codes.tolist() == [0, 1, 1, -1]
+    codes = np.array([[4, 1], [0, 4]], dtype=np.int8)                   # launch, memory, compute
+    cat = TextColumn.of_codes(codes, BOUNDS).categorical()
+    assert list(cat.categories) == ["compute", "launch", "memory"] and cat.codes.tolist() == [1, 2, 0, 1]
+
+
 def test_text_column_refuses_what_is_not_text():
     col = TextColumn((2,))
     assert not col.put(0, 1.5) and not col.put(slice(None), np.array(["a", 2], dtype=object))

@@ -93,11 +93,15 @@ class TextColumn:
         held = [t for t, c in self.index.items() if (codes == c).any()] if len(texts) <= 32 else \
             [texts[c] for c in np.unique(codes) if c >= 0]
         order = sorted(held)
-        if order != texts:
-            lookup = np.full(len(texts) + 1, -1, dtype=codes.dtype)      # [-1] (no text) -> -1
-            for i, t in enumerate(order):
-                lookup[self.index[t]] = i
-            codes = lookup[codes]
+        new = {self.index[t]: i for i, t in enumerate(order)}        # code -> its category's place
+        if any(c != i for c, i in new.items()):
+            if len(new) == 1:             # one text held: 0 where it is, -1 elsewhere (two cheap passes)
+                codes = np.subtract(np.equal(codes, next(iter(new))).view(np.int8), np.int8(1))
+            else:
+                lookup = np.full(len(texts) + 1, -1, dtype=codes.dtype)      # [-1] (no text) -> -1
+                for c, i in new.items():
+                    lookup[c] = i
+                codes = lookup[codes]
         return pd.Categorical.from_codes(codes, categories=pd.Index(order, dtype=object))
 
 
