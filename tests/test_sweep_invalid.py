@@ -83,3 +83,16 @@ def test_cli_prints_how_many_rows_it_marked(capsys, tmp_path):
     assert "2 of 8 rows invalid" in capsys.readouterr().err
     text = out.read_text().splitlines()
     assert text[0].split(",")[-1] == "invalid_reason" and len(text) == 9
+
+
+def test_cli_table_leaves_a_marked_rows_text_blank(capsys):
+    # prompt 5000 is beyond llama-2-7b's 4096-token context: that row has no outputs, and its text
+    # cells (hardware, strategy, bound) print empty, as its numbers print nan
+    main(["sweep", "model=llama-2-7b", "hardware=a100-80gb", "batch_size=1", "prompt_len=128,5000",
+          "--on-invalid", "mark", "--no-progress"])
+    lines = capsys.readouterr().out.splitlines()
+    header, marked = lines[0].split(), lines[-1]
+    assert header[:4] == ["prompt_len", "hardware", "dev", "strategy"]
+    assert marked.split()[0] == "5000" and "a100-80gb" not in marked and "memory" not in marked
+    assert marked.split()[1] == "nan"                                                  # dev: a number
+    assert "nan" not in marked[lines[0].index("hardware"):lines[0].index("dev")]     # the hardware cell

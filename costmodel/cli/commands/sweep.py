@@ -130,7 +130,13 @@ def cmd_sweep(args):
     else:
         shown = {c[0] for c in fmt.TABLE_COLUMNS}
         cols = [(a, a, None, "{}") for a in axes if a not in shown] + list(fmt.TABLE_COLUMNS)
-        print(fmt.table(df.to_dict(orient="records"), cols))
+        rows = df.to_dict(orient="records")
+        text = [c for c in df.columns if df[c].dtype == "category"]
+        for r in rows if text else ():         # a missing text (an invalid row's) prints blank, not nan
+            for c in text:
+                if not isinstance(r[c], str):
+                    r[c] = None
+        print(fmt.table(rows, cols))
 
 
 def _report_invalid(mode: str, n: int, total: int) -> None:
