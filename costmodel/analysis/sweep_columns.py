@@ -320,10 +320,15 @@ def axis_column(vals: np.ndarray, k: int, shape):
     axis a ``pandas.Categorical`` (:class:`TextColumn`), any other a flat array."""
     s = [1] * len(shape)
     s[k] = len(vals)
-    if vals.dtype == object and len(vals) and all(isinstance(v, str) for v in vals.tolist()):
-        col = TextColumn(shape)
-        col.put((slice(None),) * len(shape), vals.reshape(s))
-        return col.categorical()
+    texts = vals.tolist()
+    if vals.dtype == object and texts and all(isinstance(v, str) for v in texts):
+        import pandas as pd
+
+        order = sorted(set(texts))        # every value of an axis is in the grid: each a category
+        place = {t: i for i, t in enumerate(order)}
+        codes = empty_aligned(shape, dtype=np.int8 if len(order) < 128 else np.int32)
+        codes[...] = np.asarray([place[t] for t in texts], dtype=codes.dtype).reshape(s)
+        return pd.Categorical.from_codes(codes.reshape(-1), categories=pd.Index(order, dtype=object))
     return contiguous(np.broadcast_to(vals.reshape(s), shape)).reshape(-1)
 
 
