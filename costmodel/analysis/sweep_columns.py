@@ -190,8 +190,8 @@ class Columns:
         numeric arrays, int8 bound codes (CODE_KEYS) and constant text (a str, every row's)."""
         for key, v in got.items():
             if isinstance(v, str):
-                v = TextColumn(self.shape)
-                v.codes.fill(v._code(got[key]))
+                text, v = v, TextColumn(self.shape)
+                v.codes.fill(v._code(text))
             elif key in CODE_KEYS:
                 self.coded.add(key)
             self.cols[key], self.wheres[key], self.written[key] = v, [], self.n
