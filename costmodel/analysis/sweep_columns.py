@@ -317,7 +317,8 @@ def axis_array(a) -> np.ndarray:
 
 def axis_column(vals: np.ndarray, k: int, shape):
     """The frame column of axis k (values ``vals``) over a grid of ``shape``, in row order: a text
-    axis a ``pandas.Categorical`` (:class:`TextColumn`), any other a flat array."""
+    axis a ``pandas.Categorical`` (categories its values, sorted, as :class:`TextColumn` gives
+    them), any other a flat array."""
     s = [1] * len(shape)
     s[k] = len(vals)
     texts = vals.tolist()

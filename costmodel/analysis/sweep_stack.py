@@ -79,6 +79,7 @@ def stacked_blocks(base: dict, axes: list[Axis], index: dict, hw, strict: bool =
     n_hw = 1 if hw is None else len(hw.raw)
 
     gvals = _group_values(group, index, hw, nd, counts[0])
+
     def devices_in(mode):
         if hw is None:
             return [None]

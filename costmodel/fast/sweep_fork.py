@@ -10,9 +10,10 @@ the fork: the kernel backs them with transparent huge pages where it can, as in 
 sweep. Each child evaluates the chunks it takes into one of a few slots of a small shared buffer
 (:class:`_Ring`, reused chunk after chunk, so only its few pages are ever faulted in; a column
 broadcast along a dimension is stored once along it) and tells the parent through a pipe; between
-its own chunks the parent copies each ready slot into its columns and hands the slot back. (Output columns in shared memory would be
-faulted in 4 KiB page by page wherever shared memory gets no huge pages, which costs about as much
-as evaluating the rows: two workers then took longer than one.) The columns:
+its own chunks the parent copies each ready slot into its columns and hands the slot back.
+(Output columns in shared memory would be faulted in 4 KiB page by page wherever shared memory gets
+no huge pages, which costs about as much as evaluating the rows: two workers then took longer than
+one.) The columns:
 
 * numeric columns (float64, int64, bool);
 * a text column that holds one value in every chunk (model, hardware, strategy, ...) is returned
