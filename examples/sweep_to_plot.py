@@ -23,7 +23,7 @@ table["speculative / AR"] = table["speculative"] / table["autoregressive"]
 print(table.round(2).to_string())
 
 fig, ax = plt.subplots(figsize=(6, 4))
-for strategy, rows in df.groupby("strategy"):
+for strategy, rows in df.groupby("strategy", observed=True):   # text columns are categories
     ax.plot(rows["batch_size"], rows["tokens_per_s"], marker="o", label=strategy)
 ax.set_xscale("log", base=2)
 ax.set_xlabel("batch size (sequences)")
