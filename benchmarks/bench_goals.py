@@ -4,8 +4,9 @@
                                      [--only tree_sweep,speculative,two_workers]
 
 Rows of the table (each figure is costmodel's speed over llm-analysis' ``LLMAnalysis.inference``
-per configuration, measured here, see bench_sweep.llm_analysis_bench; noisy on a shared machine,
-so best of ``--repeat``):
+per configuration, measured here, see bench_sweep.llm_analysis_bench: its rate the best of five
+windows of 600 configurations; noisy on a shared machine, so costmodel's are the best of
+``--repeat``):
 
 * 1 M-row sweeps (batch 1..1000 × prompt 16..16000) of llama-2-7b-32k (llama-2-7b's architecture
   with a 32K context, so that every prompt is within its max_context): autoregressive,
