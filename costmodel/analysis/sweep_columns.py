@@ -34,6 +34,24 @@ def array_kind(a) -> str:
 CODE_KEYS = ("bound", "prefill_bound")
 
 
+#: the categorical dtypes made so far, by their categories (a pandas dtype is immutable: shared by the
+#: frames of every sweep; building one costs ~30 µs, a sweep's frame has several text columns)
+_TEXT_DTYPES: dict = {}
+
+
+def text_dtype(texts):
+    """The ``pandas.CategoricalDtype`` whose categories are ``texts`` (in that order), made once."""
+    key = tuple(texts)
+    hit = _TEXT_DTYPES.get(key)
+    if hit is None:
+        import pandas as pd
+
+        if len(_TEXT_DTYPES) >= 1024:
+            _TEXT_DTYPES.clear()
+        hit = _TEXT_DTYPES[key] = pd.CategoricalDtype(pd.Index(list(key), dtype=object))
+    return hit
+
+
 class TextColumn:
     """A text column as grid-shaped integer codes into its distinct texts (-1: no text), turned into a
     ``pandas.Categorical`` for the frame (:meth:`categorical`). A chunk's text is a small-integer
@@ -102,7 +120,7 @@ class TextColumn:
                 for c, i in new.items():
                     lookup[c] = i
                 codes = lookup[codes]
-        return pd.Categorical.from_codes(codes, categories=pd.Index(order, dtype=object))
+        return pd.Categorical.from_codes(codes, dtype=text_dtype(order))
 
 
 #: float columns smaller than this come from slabs of SLAB_COLUMNS columns (Columns._float_column)
@@ -329,7 +347,7 @@ def axis_column(vals: np.ndarray, k: int, shape):
         place = {t: i for i, t in enumerate(order)}
         codes = empty_aligned(shape, dtype=np.int8 if len(order) < 128 else np.int32)
         codes[...] = np.asarray([place[t] for t in texts], dtype=codes.dtype).reshape(s)
-        return pd.Categorical.from_codes(codes.reshape(-1), categories=pd.Index(order, dtype=object))
+        return pd.Categorical.from_codes(codes.reshape(-1), dtype=text_dtype(order))
     return contiguous(np.broadcast_to(vals.reshape(s), shape)).reshape(-1)
 
 
@@ -342,8 +360,7 @@ def text_categories(series):
     seen = pd.unique(series.to_numpy())
     if not all(v is None or isinstance(v, str) or (isinstance(v, float) and v != v) for v in seen):
         return series
-    texts = sorted(v for v in seen if isinstance(v, str))
-    return series.astype(pd.CategoricalDtype(pd.Index(texts, dtype=object)))
+    return series.astype(text_dtype(sorted(v for v in seen if isinstance(v, str))))
 
 
 def frame_column(a):
