@@ -255,7 +255,7 @@ def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, wo
         done += rows
         if progress is not None:
             progress(done, total)
-    cols.finish(invalid.mask)             # the invalid rows' outputs blanked (NaN, None)
+    cols.finish(invalid.mask)             # the invalid rows' outputs blanked (NaN, no text)
     axis_cols = {a.name: axis_column(axis_array(a), k, shape) for k, a in enumerate(axes_l)}
     return names, axis_cols, cols, invalid
 

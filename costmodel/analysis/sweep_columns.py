@@ -287,7 +287,7 @@ class Columns:
         there is set to -1 first: a missing text)."""
         rows = None
         if mask is not None and self.multi:
-            # several blocks: a row no block wrote is blank already (NaN, None, code -1)
+            # several blocks: a row no block wrote is blank already (NaN, None, text or bound code -1)
             rows = np.flatnonzero(mask & self.rows_written) if self.rows_written is not None else \
                 np.zeros(0, dtype=np.intp)
         for key, a in list(self.cols.items()):

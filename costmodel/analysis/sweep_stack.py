@@ -28,10 +28,11 @@ def device_runs(base: dict, axes: list[Axis], index: dict, hw, nd: Axis, strict:
     which decides on the stack's link type once for every count."""
     group = [a for a in axes if not a.numeric]
     first = {a.name: a.values[0] for a in axes if a.numeric}
+    gvals = _group_values(group, index, hw, nd, 0)
     recs = []
     rec0 = None                       # the first count's record, the others parsed from it (one field)
     for j in range(len(nd.raw)):
-        g = {a.name: a.raw[0 if a is hw else j if a is nd else index[a.name]] for a in group}
+        g = gvals(0, j)
         d, pairs = {**base, **g, **first}, list(g.items())
         try:
             if rec0 is None:

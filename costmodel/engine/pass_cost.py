@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from costmodel.fast.arrays import add_into, bcast, broadcast_shape, max_argmax, nonneg, times_broadcast
+from costmodel.fast.arrays import add_into, bcast, broadcast_shape, max_argmax, nonneg, plus_zero, times_broadcast
 
 from costmodel.engine.execution import Exec
 from costmodel.engine.ops import AffineOp, PassShape, kernel_count, layer_ops
@@ -47,8 +47,7 @@ def _op_time(op, ex: Exec, l2_not_slower=None):
     an array time is a new array (callers may write into it). ``l2_not_slower``: _l2_not_slower(ex),
     when the caller has it (it depends on ``ex`` only)."""
     l2 = op.l2_bytes
-    if np.ndim(l2) == 0 and float(l2) == 0.0 and math.copysign(1.0, float(l2)) > 0.0 and \
-            (_l2_not_slower(ex) if l2_not_slower is None else l2_not_slower):
+    if plus_zero(l2) and (_l2_not_slower(ex) if l2_not_slower is None else l2_not_slower):
         # no L2 re-reads: the l2 term (hbm + 0)/l2_bw is at most the memory term hbm/hbm_bw (division
         # is monotonic in the divisor), so it never raises the maximum nor is strictly above it; a
         # +0.0 in its place changes neither (_max_argmax checks the running maximum is >= +0.0)
@@ -73,7 +72,7 @@ def _two_terms_on_arrays(op, ex: Exec):
     argument of _gemm_across_ridge on four reductions); another kernel: (max(c, m), 1 where m > c)
     when c, m are +0.0 .. +inf (ties go to c; the +0.0 link term and the l2 term <= m are no higher)."""
     cm = op.comm_s
-    if np.ndim(cm) or float(cm) != 0.0 or math.copysign(1.0, float(cm)) < 0.0:
+    if not plus_zero(cm):
         return None
     c = np.asarray(compute_term_s(np.asarray(op.flops, dtype=float), as_dequant(op.dequant_flops),
                                   unit_flops_per_s(op, ex), ex.vector_flops_per_s), dtype=float)
@@ -177,9 +176,8 @@ def _memory_bound(op, ex: Exec, l2_not_slower: bool):
     r, l2, cm, dq = op.max_flops_per_byte, op.l2_bytes, op.comm_s, op.dequant_flops
     if type(r) is not float or not (0.0 <= r < math.inf) or not l2_not_slower:
         return None
-    for v in (l2, cm, dq):
-        if np.ndim(v) or float(v) != 0.0 or math.copysign(1.0, float(v)) < 0.0:
-            return None
+    if not (plus_zero(l2) and plus_zero(cm) and plus_zero(dq)):
+        return None
     peak, bw = unit_flops_per_s(op, ex), ex.hbm_bytes_per_s
     if np.ndim(peak) or np.ndim(bw) or not (0.0 < float(bw) < math.inf and float(peak) < math.inf) or \
             not r * float(bw) * (1.0 + _DOMINANCE_MARGIN) < float(peak):

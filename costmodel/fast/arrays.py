@@ -112,6 +112,11 @@ def _binary(ufunc, a, b):
     return r if r.shape == shape else np.broadcast_to(r, shape)
 
 
+def plus_zero(v) -> bool:
+    """``v`` is one number, +0.0 (not -0.0, NaN or an array)."""
+    return np.ndim(v) == 0 and float(v) == 0.0 and math.copysign(1.0, float(v)) > 0.0
+
+
 def _is_pos_zero(c: np.ndarray) -> bool:
     x = float(c.reshape(-1)[0])
     return x == 0.0 and math.copysign(1.0, x) > 0.0
@@ -163,7 +168,7 @@ def max_argmax(terms, new_terms: tuple = (), max_wanted: bool = True):
     low = None                                          # (m, min of m) once computed
     for i in range(1, len(terms)):
         t = terms[i]
-        if t.ndim == 0 and float(t) == 0.0 and math.copysign(1.0, float(t)) > 0.0:
+        if plus_zero(t):
             if checked is not m:
                 if not nonneg(m):
                     return None
