@@ -32,6 +32,37 @@ def test_a_draft_models_passes_by_name_and_device():
         ["unit-model", "unit-draft", "unit-draft", "unit-model"]
 
 
+def _runtime(tmp_path, name: str, extra: str) -> str:
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(open(f"{D}/unit-rt.yaml").read() + extra)
+    return str(p)
+
+
+def test_a_draft_prefills_as_the_runtime_prefills_the_target(tmp_path):
+    # one prompt per pass: the 2 prompts of 100 are 2 passes of 100 tokens (5050 pairs, 1 logit row)
+    # through the target, and 2 such passes through the draft, not one pass of 200 tokens
+    rt = _runtime(tmp_path, "per-prompt", "prefill_per_sequence: {value: true, source: test}\n")
+    p = evaluate_passes(dict(BASE, draft_model=DRAFT_MODEL, runtime=rt))
+    assert float(p["prefill"].cost.time_s) == pytest.approx(2 * pass_s(UNIT, 100, 5050, 100, lm=1), rel=1e-12)
+    assert float(p["draft_prefill"].cost.time_s) == pytest.approx(2 * pass_s(DRAFT, 100, 5050, 100, lm=1), rel=1e-12)
+    # chunks of 64 tokens: the 200 prompt tokens as ceil(200/64) = 4 passes of 50 (a quarter of the
+    # 10,100 pairs and of the 2 logit rows each), for the draft as for the target
+    rt = _runtime(tmp_path, "chunked", "prefill_chunk_tokens: {value: 64, source: test}\n")
+    p = evaluate_passes(dict(BASE, draft_model=DRAFT_MODEL, runtime=rt))
+    assert float(p["draft_prefill"].cost.time_s) == pytest.approx(4 * pass_s(DRAFT, 50, 2525, 50, lm=0.5), rel=1e-12)
+
+
+def test_a_draft_prefill_is_part_of_the_targets_prefill_step(tmp_path):
+    # a step overhead of 1 ms is charged once for the prompt: TTFT = target passes + 1 ms + draft passes
+    rt = tmp_path / "overhead.yaml"
+    rt.write_text(open(f"{D}/unit-rt.yaml").read().replace("step_overhead_s: {value: 0.0, source: test}",
+                                                           "step_overhead_s: {value: 0.001, source: test}"))
+    rt = str(rt)
+    r = evaluate(dict(BASE, draft_model=DRAFT_MODEL, runtime=rt))
+    want = pass_s(UNIT, 200, 10_100, 200, lm=2) + 1e-3 + pass_s(DRAFT, 200, 10_100, 200, lm=2)
+    assert r["ttft_s"] == pytest.approx(want, rel=1e-12)
+
+
 def test_self_and_ngram_drafts_have_no_draft_prefill():
     p = evaluate_passes(dict(BASE, draft_model="self"))
     assert [k for k in p if k != "ar_decode"] == ["prefill", "draft", "verify"]

@@ -151,8 +151,9 @@ def test_large_passes_are_not_kept():
 
 def test_a_prompt_by_prompt_prefill_is_priced_once_across_chunks(monkeypatch):
     """A runtime that prefills one prompt per pass (compiled: gpt-fast, MagicDec) prices that pass over
-    the prompt lengths alone; a sweep cut into chunks along the batch axis prices it once (the other
-    chunks share it), and every row is still evaluate() bit for bit."""
+    the prompt lengths alone, the target's and the draft's alike; a sweep cut into chunks along the
+    batch axis prices each once (the other chunks share them), and every row is still evaluate()
+    bit for bit."""
     import importlib
     from tests.test_sweep_stacked import assert_every_row_is_evaluate
     common = importlib.import_module("costmodel.engine.strategies.common")
@@ -160,7 +161,7 @@ def test_a_prompt_by_prompt_prefill_is_priced_once_across_chunks(monkeypatch):
     real = common._prefill_pass
 
     def counted(ex, B, P):
-        calls.append(np.shape(B))
+        calls.append((ex.model.id, np.shape(B)))
         return real(ex, B, P)
 
     monkeypatch.setattr(common, "_prefill_pass", counted)
@@ -168,7 +169,8 @@ def test_a_prompt_by_prompt_prefill_is_priced_once_across_chunks(monkeypatch):
                 acceptance_rate=0.7, tree_nodes=8, tree_depth=3, gen_len=64)
     axes = dict(batch_size=list(range(1, 13)), prompt_len=[16, 512, 3000])
     df = sweep(base, workers=1, chunk_rows=9, **axes)               # 4 chunks of 3 batch sizes × 3 prompts
-    assert calls == [(1, 1)]                                        # one prompt (a batch of one), once
+    # one prompt (a batch of one), once for each model
+    assert sorted(calls) == [("llama-2-7b", (1, 1)), ("llama-68m", (1, 1))]
     assert_every_row_is_evaluate(df, base, axes)
 
 

@@ -150,25 +150,32 @@ def ctx_pass_key(ctx: Ctx, B=None, P=None) -> tuple:
 
 @shared(ctx_pass_key)
 def prefill_cost(ctx: Ctx, B=None, P=None) -> Cost:
-    """Prompt processing: the B·P tokens in one pass; with a runtime that prefills one prompt at a time
-    (``prefill_per_sequence``) B passes of P tokens (weights re-read per pass, same FLOPs); with a
-    runtime that chunks prefill (``prefill_chunk_tokens`` = C) each such pass of T tokens runs as
-    n = ceil(T / C) passes of T/n tokens. The runtime's step overhead is charged once."""
+    """Prompt processing of the record's model: :func:`prefill_passes` plus the runtime's step
+    overhead, charged once."""
     B = ctx.B if B is None else B
     P = ctx.P if P is None else P
-    per_seq = ctx.ex.rt.prefill_per_sequence
+    return with_step_overhead(prefill_passes(ctx.ex, B, P), ctx.ex, seqs=B, prefill=True)
+
+
+def prefill_passes(ex: Exec, B, P) -> Cost:
+    """The passes that process B prompts of P tokens on ``ex`` (no step overhead): the B·P tokens in
+    one pass; with a runtime that prefills one prompt at a time (``prefill_per_sequence``) B passes
+    of P tokens (weights re-read per pass, same FLOPs); with a runtime that chunks prefill
+    (``prefill_chunk_tokens`` = C) each such pass of T tokens runs as n = ceil(T / C) passes of T/n
+    tokens. A draft model's prompt processing is priced here too: the runtime runs it as it runs
+    the target's."""
     # one prompt per pass: its cost depends on P alone, so it is priced once per prompt length (a
     # batch of ones shaped to broadcast, every element the same operations as over the whole grid)
     # and repeated B times
-    if per_seq:
-        cost, n = _prompt_prefill_pass(ctx.ex, P, np.ndim(B))
+    if ex.rt.prefill_per_sequence:
+        cost, n = _prompt_prefill_pass(ex, P, np.ndim(B))
         repeats = np.asarray(B, dtype=float)
     else:
-        cost, n = _prefill_pass(ctx.ex, B, P)
+        cost, n = _prefill_pass(ex, B, P)
         repeats = None
     if n is None:
-        return with_step_overhead(cost if repeats is None else cost.scale(repeats), ctx.ex, seqs=B, prefill=True)
-    return with_step_overhead(cost.scale(n if repeats is None else n * repeats), ctx.ex, seqs=B, prefill=True)
+        return cost if repeats is None else cost.scale(repeats)
+    return cost.scale(n if repeats is None else n * repeats)
 
 
 def _prefill_pass(ex: Exec, B, P):

@@ -35,7 +35,7 @@ from costmodel.inputs.fields import WEIGHTLESS_DRAFTS
 from costmodel.engine.pass_cost import pass_cost
 from costmodel.engine.pass_memo import exec_key, shared, value_key
 from costmodel.engine.strategies.common import Ctx, Outcome, Pass, chain_verify_shape, decode_shape, prefill_cost, \
-    prefill_shape, with_step_overhead, spec_method
+    prefill_passes, with_step_overhead, spec_method
 
 
 def tokens_per_step(ctx: Ctx, gamma) -> np.ndarray:
@@ -233,11 +233,13 @@ def named_passes(ex, prefill: Cost, verify: Cost, draft=None, dcost: Cost | None
 
 @shared(lambda ctx, draft: _draft_key(ctx, draft))
 def _draft_prefill(ctx: Ctx, draft) -> Cost:
-    """The draft model also processes the prompt (its own KV cache); ``self``/``none``/``suffix`` do not;
-    an EAGLE head does, over the target's features (its layer's KV)."""
+    """The draft model also processes the prompt (its own KV cache), in passes shaped as the runtime
+    shapes the target's (:func:`~costmodel.engine.strategies.common.prefill_passes`: one prompt per
+    pass, chunks) within the same prefill step (no step overhead of its own); ``self``/``none``/
+    ``suffix`` do not; an EAGLE head does, over the target's features (its layer's KV)."""
     if draft is None or ctx.rec.draft_model == "self":
         return Cost.zero()
-    return pass_cost(prefill_shape(ctx.B, ctx.P), draft)
+    return prefill_passes(draft, ctx.B, ctx.P)
 
 
 def _draft_key(ctx: Ctx, draft) -> tuple:
