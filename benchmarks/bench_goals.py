@@ -6,7 +6,8 @@
 Rows of the table (each figure is costmodel's speed over llm-analysis' ``LLMAnalysis.inference``
 per configuration, measured here, see bench_sweep.llm_analysis_bench: its rate the best of five
 windows of 600 configurations; noisy on a shared machine, so costmodel's are the best of
-``--repeat``):
+``--repeat`` runs, of 4·``--repeat`` for the ~30 ms capacity grid and 5·``--repeat`` for the tree
+search, so that each side samples for a comparable time):
 
 * 1 M-row sweeps (batch 1..1000 × prompt 16..16000) of llama-2-7b-32k (llama-2-7b's architecture
   with a 32K context, so that every prompt is within its max_context): autoregressive,
@@ -121,7 +122,9 @@ def main(argv=None):
         ncap *= len(v)
     base = dict(draft_model="llama-68m", acceptance_rate=0.7, gamma=4)
     if "capacity" in only:
-        t = best_time(lambda: sweep(base, workers=1, on_invalid="mark", **CAPACITY), max(1, args.repeat - 1))
+        # a grid takes ~30 ms: the best of 4·repeat runs samples about as long as llm-analysis' five
+        # windows of 600 configurations (~0.6 s), so a slow stretch of the host weighs on both alike
+        t = best_time(lambda: sweep(base, workers=1, on_invalid="mark", **CAPACITY), 4 * args.repeat)
         rows.append((f"capacity grid, {ncap:,} rows, 1 worker",
                      f"{ncap / t:,.0f} rows/s ({t * 1e6 / ncap:.1f} µs/row, {t * 1e3:.1f} ms)", ratio(ncap / t),
                      ">= 300x"))
