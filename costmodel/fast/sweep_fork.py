@@ -72,8 +72,11 @@ def _spec(key, value, code_keys=()):
 
 
 #: slots of shared memory per child: a child blocks when the parent has not yet copied out this many
-#: of its chunks (the parent copies them between its own chunks, every few milliseconds)
-SLOTS = 3
+#: of its chunks (the parent copies them between its own chunks, every few milliseconds). Each slot's
+#: pages are faulted in by every forked child (a shared mapping's pages are not mapped into a child
+#: at fork): ~2,900 faults per slot for a 65,536-row speculative chunk; two slots measured faster
+#: than three (1 M rows, two workers, best of 8: 90.5-92.1 ms against 94.3-98.8 ms) and one slower
+SLOTS = 2
 _MSG = struct.Struct("<iiq")             # (kind, a, b): a child's message to the parent
 _READY, _DONE, _FALL, _FAIL, _SPECS = 0, 1, 2, 3, 4
 _QUEUE_ITEMS = 1024                      # most entries in the work queue (4 bytes each: one page of pipe)
