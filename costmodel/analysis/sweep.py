@@ -67,11 +67,12 @@ from costmodel.analysis.sweep_columns import CODE_KEYS, Columns, axis_array, axi
 from costmodel.analysis.sweep_grid import Block, arrays_for, canonical_value, \
     check_block, grid_size, group_blocks, parse_axis, plan_axes, positions, runs
 from costmodel.analysis.sweep_output import _SOURCE, check_output, write_frame
+from costmodel.analysis.sweep_stack import member_tails, stack_model_blocks
 from costmodel.fast.arrays import row_buffers
 from costmodel.fast.sweep_fork import can_fork, evaluate_forked, map_forked
 from costmodel.errors import InputError
 from costmodel.engine.evaluate import _execs, check_context, evaluate, evaluate_arrays, record_head, record_tail
-from costmodel.inputs.model import load_model
+from costmodel.inputs.model import ModelStack, load_model, stack_models
 from costmodel.engine.pass_memo import shared_passes
 from costmodel.engine.roofline import operator_rows
 from costmodel.inputs.fields import FIELD_NAMES
@@ -126,7 +127,9 @@ def _plan(base: dict, axes_in: dict, on_invalid: str = "error", in_memory: bool 
                     invalid.mark(where, str(exc))
         else:
             check_block(b, arrays_for(b, axes), None if strict else invalid, [r for r, _k, _s in runs(region)])
-    return axes_l, axes, names, blocks, invalid
+    # models that the engine prices alike: one block each run (after the checks above, which read
+    # each model's own block: its rows, its refusals and their order are as given)
+    return axes_l, axes, names, stack_model_blocks(blocks, axes_l), invalid
 
 
 def _rows(b: Block, axes: dict, names: list):
@@ -183,21 +186,23 @@ def _piece_record(b: Block, sl: dict, made: dict | None = None):
     if not b.members:
         return b.rec
     changes = {}
-    for name, values in (("hardware", b.stack), ("n_devices", b.counts), ("weight_dtype", b.dtypes)):
+    for name, values in (("hardware", b.stack), ("n_devices", b.counts), ("weight_dtype", b.dtypes),
+                         ("model", b.models)):
         if name in b.members:
             chosen = values[sl.get(name, slice(None))]
             shape = [1] * len(b.vec)
             shape[b.vec.index(name)] = len(chosen)
             if name == "n_devices":
                 changes[name] = np.asarray(chosen, dtype=np.int64).reshape(shape)
-            elif name == "weight_dtype" and len(chosen) == 1:
+            elif name in ("weight_dtype", "model") and len(chosen) == 1:
                 changes[name] = chosen[0]
             else:
                 # devices by identity (not hashable): the blocks' loaded devices, alive with ``made``
-                key = (name, tuple(chosen) if name == "weight_dtype" else tuple(map(id, chosen)), tuple(shape))
+                key = (name, tuple(map(id, chosen)) if name == "hardware" else tuple(chosen), tuple(shape))
                 got = None if made is None else made.get(key)
                 if got is None:
                     got = WeightDtypes(tuple(chosen), tuple(shape)) if name == "weight_dtype" else \
+                        stack_models([load_model(m) for m in chosen], shape) if name == "model" else \
                         stack_hardware(chosen, shape)
                     if made is not None:
                         made[key] = got
@@ -313,7 +318,7 @@ def _evaluate_piece(rec, arrays) -> dict:
     """evaluate()'s keys for one piece: arrays from evaluate_arrays, the record-level keys
     (model, n_devices_total, tree_parents, …) from evaluate() on the piece's record."""
     if arrays is None or (not arrays and not isinstance(rec.hardware, HardwareStack) and not np.ndim(rec.n_devices)
-                          and not isinstance(rec.weight_dtype, WeightDtypes)):
+                          and not isinstance(rec.weight_dtype, WeightDtypes) and not isinstance(rec.model, ModelStack)):
         return _flat(evaluate(rec))
     # the per-operator breakdown is not a column; numpy's buffer within a row (fast.arrays.row_buffers)
     with operator_rows(False), row_buffers(arrays):
@@ -324,6 +329,9 @@ def _evaluate_piece(rec, arrays) -> dict:
     out = record_head(rec)
     out.update(res)
     wd = rec.weight_dtype
+    if isinstance(rec.model, ModelStack):         # stacked models (and dtypes): each member record's
+        out.update(member_tails(rec, _execs(rec)[0], extras, _flat, _same))
+        return out
     if not isinstance(wd, WeightDtypes):
         out.update(_flat(record_tail(rec, extras)))
         return out

@@ -186,12 +186,14 @@ class Block:
     rowwise: bool = False
     label: str = ""
     invalid: str | None = None     # why every row of the block is invalid (on_invalid != "error")
-    #: categorical axes priced as arrays (``hardware``, ``n_devices``): axis name -> the value
-    #: indices the block covers (ascending; contiguous for ``n_devices``), and the loaded devices
+    #: categorical axes priced as arrays (``hardware``, ``n_devices``, ``weight_dtype``, ``model``):
+    #: axis name -> the value indices the block covers (ascending; contiguous but for ``hardware``),
+    #: and the loaded devices
     members: dict = field(default_factory=dict)
     stack: tuple = ()
     counts: tuple = ()             # the device counts of an ``n_devices`` member axis, in its order
     dtypes: tuple = ()             # the weight dtypes of a ``weight_dtype`` member axis, in its order
+    models: tuple = ()             # the model ids of a ``model`` member axis, in its order
 
     def where(self, names: list) -> tuple:
         """The block's region of the grid: fixed indices, member indices (a slice where contiguous),

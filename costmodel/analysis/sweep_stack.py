@@ -2,14 +2,18 @@
 :class:`~costmodel.inputs.hardware.HardwareStack` (device numbers as arrays along its dimension)
 and the ``n_devices`` axis as an array of device counts, so that one block of the sweep covers every
 device and device count the engine prices alike (:func:`costmodel.engine.evaluate.hardware_signature`;
-one device with the larger counts, its all-reduce 0 s); and the ``weight_dtype`` axis as a
+one device with the larger counts, its all-reduce 0 s); the ``weight_dtype`` axis as a
 :class:`~costmodel.inputs.dtypes.WeightDtypes` where its values share a
-:func:`~costmodel.inputs.dtypes.stack_signature` (:func:`stack_dtypes`). Used by
-:func:`costmodel.analysis.sweep_grid.group_blocks`."""
+:func:`~costmodel.inputs.dtypes.stack_signature` (:func:`stack_dtypes`); and the ``model`` axis as a
+:class:`~costmodel.inputs.model.ModelStack` where its models share a
+:func:`~costmodel.inputs.model.model_signature` (:func:`stack_model_blocks`). Used by
+:func:`costmodel.analysis.sweep_grid.group_blocks` and :func:`costmodel.analysis.sweep._plan`."""
 
 from __future__ import annotations
 
 import itertools
+
+import numpy as np
 
 from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, canonical_value
 from costmodel.analysis.sweep_parse import _PARSED, _any_row, _label, _parse, parse_one_changed, refusal_one_changed
@@ -283,3 +287,113 @@ def _merged(run: list, names: list):
                  [n for n in names if n in vec], label=first.label,
                  members={**first.members, "weight_dtype": [b.index["weight_dtype"] for b in run]},
                  stack=first.stack, counts=first.counts, dtypes=tuple(b.rec.weight_dtype for b in run))
+
+
+def stack_model_blocks(blocks: list, axes: list[Axis]) -> list:
+    """``blocks`` with each run of blocks that differ only in their ``model`` value merged into one
+    block whose ``model`` is a member axis: contiguous value indices of models of one
+    :func:`~costmodel.inputs.model.model_signature`, autoregressive or speculative with a draft model
+    of the zoo (or none), every other field the same. The merged block keeps the first block's
+    record and label. Run after the plan has checked each block's rows (a merged block's rows are
+    checked as its models' blocks were)."""
+    names = [a.name for a in axes]
+    if "model" not in names:
+        return blocks
+    groups: dict = {}
+    out = []                              # (position of the first block it covers, block)
+    for pos, b in enumerate(blocks):
+        key = _model_key(b)
+        if key is None:
+            # a block priced over arrays gets the model dimension too (one member), so that every
+            # block's arrays share one layout and blocks still share passes (engine.pass_memo keys
+            # arrays by shape)
+            simple = b.invalid is None and not b.rowwise and b.rec is not None and "model" in b.index
+            out.append((pos, _merged_models([b], names) if simple else b))
+        else:
+            groups.setdefault(key, []).append((pos, b))
+    for members in groups.values():
+        members.sort(key=lambda pb: pb[1].index["model"])
+        run = [members[0]]
+        for pb in members[1:] + [None]:
+            if pb is not None and pb[1].index["model"] == run[-1][1].index["model"] + 1 and \
+                    with_fields(pb[1].rec, model=run[0][1].rec.model) == run[0][1].rec:
+                run.append(pb)
+                continue
+            out.append((min(p for p, _b in run), _merged_models([b for _p, b in run], names)))
+            run = [pb]
+    return [b for _p, b in sorted(out, key=lambda pb: pb[0])]
+
+
+#: draft kinds a model stack is priced with: no draft, or a draft model of its own (not a head or
+#: the target itself, whose figures would follow the stack)
+_NOT_STACKED_DRAFTS = ("self", "mtp", "medusa", "eagle", "eagle3", "suffix")
+
+
+def _model_key(b):
+    """What a block must share with another to be merged along the model axis, or None."""
+    from costmodel.inputs.model import load_model, model_signature
+    rec = b.rec
+    if b.invalid is not None or b.rowwise or rec is None or "model" not in b.index or \
+            not isinstance(rec.model, str) or rec.strategy not in ("autoregressive", "speculative") or \
+            rec.gamma_schedule is not None or rec.draft_model in _NOT_STACKED_DRAFTS:
+        return None
+    try:
+        sig = model_signature(load_model(rec.model))
+    except InputError:
+        return None
+    if sig is None:
+        return None
+    index = tuple(sorted((k, v) for k, v in b.index.items() if k != "model"))
+    members = tuple(sorted((k, tuple(v)) for k, v in b.members.items()))
+    return (index, tuple(b.vec), members, b.counts, tuple(id(d) for d in b.stack), b.dtypes, sig)
+
+
+def _merged_models(run: list, names: list):
+    """One block for a run of blocks (one or more) that differ only in their model: ``model`` a member
+    axis."""
+    first = run[0]
+    vec = set(first.vec) | {"model"}
+    return Block(first.rec, {k: v for k, v in first.index.items() if k != "model"},
+                 [n for n in names if n in vec], label=first.label,
+                 members={**first.members, "model": [b.index["model"] for b in run]},
+                 stack=first.stack, counts=first.counts, dtypes=first.dtypes,
+                 models=tuple(b.rec.model for b in run))
+
+
+def member_tails(rec, ex, extras: dict, flat, same) -> dict:
+    """The record-level keys (notes, ...) of a piece with stacked models (and maybe stacked weight
+    dtypes): each member record's, one value where they agree, else an object array along the
+    members' axes. ``ex``: the piece's Exec; a member's Exec is ``ex``'s (or its dtype member's) with
+    the member's model, what build_exec gives for the member's record (the members share every
+    decision: ``model_signature``, ``stack_signature``). ``flat``, ``same``: the sweep's helpers for
+    record-level values."""
+    import dataclasses
+
+    from costmodel.engine.evaluate import record_tail
+    from costmodel.inputs.dtypes import WeightDtypes
+    wd, md = rec.weight_dtype, rec.model
+    stacked_dtypes = isinstance(wd, WeightDtypes)
+    dts = list(zip(wd.members, ex.dtype_members)) if stacked_dtypes else [(wd, ex)]
+    shape = np.broadcast_shapes(md.shape, wd.shape) if stacked_dtypes else md.shape
+    model_dim = next(d for d, n in enumerate(md.shape) if n > 1)
+    dtype_dim = next(d for d, n in enumerate(wd.shape) if n > 1) if stacked_dtypes else None
+    tails = {}
+    for i, (w, e) in enumerate(dts):
+        for j, m in enumerate(md.members):
+            pos = [0] * len(shape)
+            pos[model_dim] = j
+            if dtype_dim is not None:
+                pos[dtype_dim] = i
+            member = with_fields(rec, weight_dtype=w, model=m)
+            tails[tuple(pos)] = flat(record_tail(member, extras, dataclasses.replace(e, model=m)))
+    first = next(iter(tails.values()))
+    out = {}
+    for k, v in first.items():
+        if all(same(t.get(k), v) for t in tails.values()):
+            out[k] = v
+        else:
+            a = np.empty(shape, dtype=object)
+            for pos, t in tails.items():
+                a[pos] = t.get(k)
+            out[k] = a
+    return out

@@ -72,7 +72,7 @@ def build_exec(rec: Record) -> Exec:
         raise InputError(f"tensor_parallel {tp} does not divide the model's {model.n_heads} attention heads",
                          field="tensor_parallel", value=tp,
                          allowed=", ".join(str(d) for d in range(1, model.n_heads + 1) if model.n_heads % d == 0))
-    if model.n_layers % pp:
+    if np.any(model.n_layers % pp):           # (a sweep's stacked models: every member)
         raise InputError(f"pipeline_parallel {pp} does not divide the model's {model.n_layers} layers",
                          field="pipeline_parallel", value=pp)
     return Exec(model=model, hw=hw, rt=rt, weight_dtype=wd, kv_dtype=kd, tp=tp, pp=pp,
@@ -121,7 +121,7 @@ def build_draft(rec: Record, ex: Exec):
                     kv_dtype=ex.kv_dtype, tp=ex.tp, pp=1, allreduce_algorithm=ex.allreduce_algorithm,
                     ep=ex.ep, dp=ex.dp)
     model = load_model(dm, field="draft_model")
-    if model.vocab_size != ex.model.vocab_size:
+    if np.any(model.vocab_size != ex.model.vocab_size):
         raise InputError(f"the draft's vocabulary ({model.vocab_size} tokens) differs from the target's "
                          f"({ex.model.vocab_size}): its tokens cannot be verified", field="draft_model",
                          value=dm, allowed="a draft with the target's tokenizer")

@@ -150,7 +150,7 @@ class Exec:
         latent, replicated on every TP rank)."""
         if self.model.mla is not None:
             return 1
-        if np.ndim(self.tp):              # device counts as an array (a sweep's n_devices axis)
+        if np.ndim(self.tp) or np.ndim(self.model.n_kv_heads):   # a sweep's device counts or models
             return np.ceil(self.model.n_kv_heads / self.tp)
         return math.ceil(self.model.n_kv_heads / self.tp)
 

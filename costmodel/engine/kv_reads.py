@@ -38,7 +38,7 @@ def gqa_extra_bytes(ex, kv_read_tokens):
             return None, None
         hbm, l2 = _per_query_head_bytes(ex, r, kv_read_tokens)
         return np.where(fallback, hbm, 0.0), np.where(fallback, l2, 0.0)
-    if r <= 1.0:
+    if np.all(np.asarray(r) <= 1.0):      # (a sweep's stacked models share r <= 1 or r > 1)
         return None, None
     if mode == "per_query_head":
         return _per_query_head_bytes(ex, r, kv_read_tokens)

@@ -75,7 +75,7 @@ def weights_total_bytes(ex: Exec) -> float:
 
     kinds = [(m.n_dense_layers, (1, m.d_ff, 0)),
              (m.n_moe_layers, (m.n_experts + m.n_shared_experts, m.expert_d_ff, m.router_params))]
-    parts = [n * layer(*k) for n, k in kinds if n]
+    parts = [n * layer(*k) for n, k in kinds if np.any(n)]     # (n: an array for stacked models)
     layers = parts[0] if len(parts) == 1 else parts[0] + parts[1]
     head = 0.0 if m.tied_embeddings else m.lm_head_params * ex.lm_head_w_bytes
     return layers + m.embedding_params * ex.embedding_w_bytes + head + d * ex.act_bytes
@@ -121,7 +121,8 @@ def active_weights_bytes_device(ex: Exec) -> float:
     least a decoding step must read): ((active parameters − LM head) · w_bytes + LM head ·
     lm_head_w_bytes) / tp — MoE: the token's k experts and the router; no embedding (a gather)."""
     m = ex.model
-    n_act = float(m.active_params_per_token)
+    n_act = m.active_params_per_token
+    n_act = np.asarray(n_act, dtype=float) if np.ndim(n_act) else float(n_act)     # (stacked models: arrays)
     return ((n_act - m.lm_head_params) * ex.w_bytes + m.lm_head_params * ex.lm_head_w_bytes) / ex.tp
 
 
@@ -175,8 +176,10 @@ def activation_bytes(ex: Exec, tokens, lm_tokens) -> np.ndarray:
     if ex.dp > 1:      # attention data parallel: the device runs its group's 1/dp of the pass
         t, lm_tokens = t / ex.dp, np.asarray(lm_tokens, dtype=float) / ex.dp
     # MoE: each token runs its experts_per_token experts, each holding its own gate/up/activation
-    ffn_width = max(m.d_ff if m.n_dense_layers else 0,
-                    (m.experts_per_token + m.n_shared_experts) * m.expert_d_ff if m.n_moe_layers else 0)
+    # (stacked models are dense: d_ff, an array)
+    ffn_width = m.d_ff if np.ndim(m.d_ff) else \
+        max(m.d_ff if m.n_dense_layers else 0,
+            (m.experts_per_token + m.n_shared_experts) * m.expert_d_ff if m.n_moe_layers else 0)
     per_token = (2 * m.d_model + (m.q_dim + 2 * m.kv_dim) / tp + m.q_dim / tp + 3 * ffn_width / tp)
     return t * (per_token * ex.act_bytes) + np.asarray(lm_tokens, dtype=float) * (m.vocab_size / tp * 4.0)
 

@@ -197,7 +197,7 @@ def _attention_ops(shape: PassShape, ex: Exec, t) -> list[Op]:
         kinds.append(("attention_window", m.n_window_layers, wr, wp, wl))
     ops = []
     for name, count, read, pr, l2_tokens in kinds:
-        if not count:
+        if not np.any(count):            # (an array for stacked models)
             continue
         # KV read + (KV written + q and o traffic): the bracket is per batch, the read spans the context
         hbm = read * kv_tok + (writes * kv_tok + t * (2.0 * q_dim * act))
@@ -274,7 +274,7 @@ def _ffn_ops(ex: Exec, t, t_stage=None) -> list[Op]:
     d = m.d_model
     t_stage = t if t_stage is None else t_stage
     ops = []
-    if m.n_dense_layers:
+    if np.any(m.n_dense_layers):
         ops.append(gemm("ffn", m.dense_ffn_params / tp, t, d, d, ex, count=m.n_dense_layers))
     if m.n_moe_layers:
         L = m.n_moe_layers

@@ -24,6 +24,8 @@ import functools
 import json
 from dataclasses import dataclass
 
+import numpy as np
+
 from costmodel.errors import InputError
 from costmodel.inputs.specs import Fields, load_yaml, resolve
 
@@ -223,6 +225,61 @@ class Model:
         per_layer = self.kv_elements_per_token_layer * kv_bytes_per_element
         w = context_tokens if self.attention_window is None else min(context_tokens, self.attention_window)
         return per_layer * (self.n_global_layers * context_tokens + self.n_window_layers * w)
+
+
+#: the dimensions a :class:`ModelStack` holds as arrays (the engine computes with them)
+STACKED_DIMS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab_size", "max_context")
+
+
+@dataclass(frozen=True, eq=False)
+class ModelStack(Model):
+    """Several models as one :class:`Model` whose dimensions (:data:`STACKED_DIMS`) are int64 arrays
+    along one axis of a sweep's grid (``shape``: 1 everywhere but that axis): every formula reads
+    them as it reads one model's, so a pass is priced for all members in one array evaluation,
+    element for element the same operations as for each member alone (integer products exact, then
+    the same float64 operations). Built by :func:`stack_models` from members of one
+    :func:`model_signature` (dense, no window, no MLA: every branch the engine takes on a model
+    the same for each)."""
+
+    members: tuple = ()
+    shape: tuple = ()
+
+    __hash__ = object.__hash__            # identity: its arrays are not hashable
+    __eq__ = object.__eq__
+
+    @property
+    def n_moe_layers(self) -> int:
+        return 0                          # dense members (model_signature)
+
+    @property
+    def router_params(self) -> int:
+        return 0
+
+
+def model_signature(m: Model):
+    """What the engine decides on (rather than computes with) about a model: its attention and FFN
+    kinds, its embeddings, whether its KV heads are its query heads (a grouped-query kernel's extra
+    reads are a branch), and whether it declares a max_context. None for a model that does not stack
+    (MLA, mixture of experts, windowed attention, MTP modules); models with one signature may share a
+    sweep block (:class:`ModelStack`)."""
+    if type(m) is not Model or m.mla is not None or m.n_experts != 1 or m.attention_window is not None or \
+            m.mtp_layers:
+        return None
+    return (m.ffn_type, m.tied_embeddings, m.experts_per_token, m.n_kv_heads == m.n_heads, m.max_context is None)
+
+
+def stack_models(members, shape) -> ModelStack:
+    """Members (one :func:`model_signature`) as one :class:`ModelStack`, dimensions of ``shape``."""
+    import dataclasses
+    members = tuple(members)
+    first = members[0]
+    fields = {f.name: getattr(first, f.name) for f in dataclasses.fields(Model)}
+    for name in STACKED_DIMS:
+        if fields[name] is not None:
+            fields[name] = np.asarray([getattr(m, name) for m in members], dtype=np.int64).reshape(shape)
+    fields.update(id=",".join(m.id for m in members), name=",".join(m.name for m in members), source="",
+                  published_params=None, published_active_params=None)
+    return ModelStack(**fields, members=members, shape=tuple(shape))
 
 
 MODEL_FIELDS = ("id", "name", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",
