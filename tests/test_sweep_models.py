@@ -90,3 +90,22 @@ def test_a_stacked_model_block_on_two_workers():
     row = one.iloc[300]
     want = evaluate(dict(base, model=row["model"], batch_size=int(row["batch_size"]), prompt_len=int(row["prompt_len"])))
     assert row["step_latency_s"] == want["step_latency_s"] and row["ttft_s"] == want["ttft_s"]
+
+
+@pytest.mark.parametrize("base, axes", [
+    # a tree looped over acceptance rates, an EAGLE head (reads the target's dimensions), the target
+    # as its own draft: each model in a block of its own, with the model dimension
+    (dict(hardware="a100-80gb", strategy="tree", draft_model="llama-68m", tree_nodes=8, gen_len=32),
+     dict(model=["llama-2-7b", "llama-2-13b"], acceptance_rate=[0.6, 0.8], batch_size=[1, 4], prompt_len=[128, 512])),
+    (dict(hardware="a100-80gb", strategy="speculative", draft_model="eagle", acceptance_rate=0.7, gamma=3, gen_len=32),
+     dict(model=["llama-2-7b", "llama-2-13b"], batch_size=[1, 4], prompt_len=[128, 512])),
+    (dict(strategy="speculative", draft_model="self", draft_kv_budget=256, acceptance_rate=0.7, gamma=3, gen_len=32),
+     dict(hardware=["a100-80gb", "h100-sxm"], model=["llama-2-7b", "llama-2-13b"], batch_size=[1, 4], prompt_len=[128])),
+    # one model twice (a stack of two equal members) beside another, dtypes and device counts stacked too
+    (dict(hardware="a100-80gb", gen_len=32),
+     dict(model=["llama-2-7b", "llama-2-7b", "llama-2-13b"], weight_dtype=["fp16", "int8"], n_devices=[1, 2],
+          batch_size=[1, 4], prompt_len=[128])),
+], ids=["tree-looped", "eagle", "self-draft", "repeated-model"])
+def test_models_apart_or_stacked_are_evaluate_bit_for_bit(base, axes):
+    df = sweep(base, workers=1, **axes)
+    assert_every_row_is_evaluate(df, base, axes, notes=True)
