@@ -11,15 +11,18 @@ one device with the larger counts, its all-reduce 0 s); the ``weight_dtype`` axi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
 
 from costmodel.analysis.sweep_grid import TREE_LOOP, Axis, Block, canonical_value
 from costmodel.analysis.sweep_parse import _PARSED, _any_row, _label, _parse, parse_one_changed, refusal_one_changed
-from costmodel.engine.evaluate import _execs, allreduce_for, hardware_signatures
+from costmodel.engine.evaluate import _execs, allreduce_for, hardware_signatures, record_tail
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
+from costmodel.inputs.dtypes import WeightDtypes
+from costmodel.inputs.model import load_model, model_signature
 from costmodel.inputs.record import with_fields
 
 
@@ -331,7 +334,6 @@ _NOT_STACKED_DRAFTS = ("self", "mtp", "medusa", "eagle", "eagle3", "suffix")
 
 def _model_key(b):
     """What a block must share with another to be merged along the model axis, or None."""
-    from costmodel.inputs.model import load_model, model_signature
     rec = b.rec
     if b.invalid is not None or b.rowwise or rec is None or "model" not in b.index or \
             not isinstance(rec.model, str) or rec.strategy not in ("autoregressive", "speculative") or \
@@ -367,10 +369,6 @@ def member_tails(rec, ex, extras: dict, flat, same) -> dict:
     the member's model, what build_exec gives for the member's record (the members share every
     decision: ``model_signature``, ``stack_signature``). ``flat``, ``same``: the sweep's helpers for
     record-level values."""
-    import dataclasses
-
-    from costmodel.engine.evaluate import record_tail
-    from costmodel.inputs.dtypes import WeightDtypes
     wd, md = rec.weight_dtype, rec.model
     stacked_dtypes = isinstance(wd, WeightDtypes)
     dts = list(zip(wd.members, ex.dtype_members)) if stacked_dtypes else [(wd, ex)]
