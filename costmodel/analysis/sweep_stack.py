@@ -231,23 +231,31 @@ def stack_dtypes(blocks: list, axes: list[Axis]) -> list:
     names = [a.name for a in axes]
     if "weight_dtype" not in names:
         return blocks
+    return _merge_runs(blocks, "weight_dtype", _dtype_key, _same_but_dtype,
+                       lambda run: _merged(run, names) if len(run) > 1 else run[0])
+
+
+def _merge_runs(blocks: list, axis: str, key_of, same, merge, alone=None) -> list:
+    """``blocks`` with each run of blocks that share ``key_of(b)`` (not None), hold contiguous value
+    indices of ``axis`` and agree with the run's first (``same(b, first)``) replaced by
+    ``merge(run)``; a block without a key is ``alone(b)`` (itself by default); in the order of each
+    run's first block."""
     groups: dict = {}
     out = []                              # (position of the first block it covers, block)
     for pos, b in enumerate(blocks):
-        key = _dtype_key(b)
+        key = key_of(b)
         if key is None:
-            out.append((pos, b))
+            out.append((pos, b if alone is None else alone(b)))
         else:
             groups.setdefault(key, []).append((pos, b))
     for members in groups.values():
-        members.sort(key=lambda pb: pb[1].index["weight_dtype"])
+        members.sort(key=lambda pb: pb[1].index[axis])
         run = [members[0]]
         for pb in members[1:] + [None]:
-            if pb is not None and pb[1].index["weight_dtype"] == run[-1][1].index["weight_dtype"] + 1 and \
-                    _same_but_dtype(pb[1], run[0][1]):
+            if pb is not None and pb[1].index[axis] == run[-1][1].index[axis] + 1 and same(pb[1], run[0][1]):
                 run.append(pb)
                 continue
-            out.append((min(p for p, _b in run), _merged([b for _p, b in run], names) if len(run) > 1 else run[0][1]))
+            out.append((min(p for p, _b in run), merge([b for _p, b in run])))
             run = [pb]
     return [b for _p, b in sorted(out, key=lambda pb: pb[0])]
 
@@ -302,29 +310,17 @@ def stack_model_blocks(blocks: list, axes: list[Axis]) -> list:
     names = [a.name for a in axes]
     if "model" not in names:
         return blocks
-    groups: dict = {}
-    out = []                              # (position of the first block it covers, block)
-    for pos, b in enumerate(blocks):
-        key = _model_key(b)
-        if key is None:
-            # a block priced over arrays gets the model dimension too (one member), so that every
-            # block's arrays share one layout and blocks still share passes (engine.pass_memo keys
-            # arrays by shape)
-            simple = b.invalid is None and not b.rowwise and b.rec is not None and "model" in b.index
-            out.append((pos, _merged_models([b], names) if simple else b))
-        else:
-            groups.setdefault(key, []).append((pos, b))
-    for members in groups.values():
-        members.sort(key=lambda pb: pb[1].index["model"])
-        run = [members[0]]
-        for pb in members[1:] + [None]:
-            if pb is not None and pb[1].index["model"] == run[-1][1].index["model"] + 1 and \
-                    with_fields(pb[1].rec, model=run[0][1].rec.model) == run[0][1].rec:
-                run.append(pb)
-                continue
-            out.append((min(p for p, _b in run), _merged_models([b for _p, b in run], names)))
-            run = [pb]
-    return [b for _p, b in sorted(out, key=lambda pb: pb[0])]
+
+    def alone(b):
+        # a block priced over arrays gets the model dimension too (one member), so that every
+        # block's arrays share one layout and blocks still share passes (engine.pass_memo keys
+        # arrays by shape)
+        simple = b.invalid is None and not b.rowwise and b.rec is not None and "model" in b.index
+        return _merged_models([b], names) if simple else b
+
+    return _merge_runs(blocks, "model", _model_key,
+                       lambda b, first: with_fields(b.rec, model=first.rec.model) == first.rec,
+                       lambda run: _merged_models(run, names), alone)
 
 
 #: draft kinds a model stack is priced with: no draft, or a draft model of its own (not a head or
