@@ -109,3 +109,23 @@ def test_a_stacked_model_block_on_two_workers():
 def test_models_apart_or_stacked_are_evaluate_bit_for_bit(base, axes):
     df = sweep(base, workers=1, **axes)
     assert_every_row_is_evaluate(df, base, axes, notes=True)
+
+
+def test_a_mix_of_zoo_models():
+    """Five grouped-query models of one signature in one block (autoregressive; speculative with the
+    68M draft is refused for their vocabularies); tied embeddings (llama-3.2-1b), a mixture of
+    experts (mixtral-8x7b), sliding windows (gemma-2-9b) and an MHA model (tinyllama) apart; every
+    valid row evaluate() bit for bit, notes included."""
+    base = dict(SPEC, gen_len=64)
+    axes = dict(hardware=["h100-sxm", "l40s"], model=["llama-3-8b", "llama-3.1-8b", "llama-3-70b", "qwen2.5-7b",
+                                                      "qwen3-8b", "llama-3.2-1b", "tinyllama-1.1b", "mixtral-8x7b",
+                                                      "gemma-2-9b"],
+                strategy=["autoregressive", "speculative"], n_devices=[1, 2, 4], batch_size=[1, 16], prompt_len=[256, 2048])
+    _a, _d, _n, blocks, _i = _plan(base, axes, "mark")
+    assert [(b.rec.strategy, b.models) for b in blocks if b.invalid is None][:2] == [
+        ("autoregressive", ("llama-3-8b", "llama-3.1-8b", "llama-3-70b", "qwen2.5-7b", "qwen3-8b")),
+        ("autoregressive", ("llama-3.2-1b",))]
+    df = sweep(base, workers=1, on_invalid="mark", **axes)
+    ok = df[df["invalid_reason"].isna()].drop(columns="invalid_reason").reset_index(drop=True)
+    assert len(ok) == 240
+    assert_every_row_is_evaluate(ok, base, axes, notes=True)

@@ -260,11 +260,11 @@ def model_signature(m: Model):
     """What the engine decides on (rather than computes with) about a model: its attention and FFN
     kinds, its embeddings, whether its KV heads are its query heads (a grouped-query kernel's extra
     reads are a branch), and whether it declares a max_context. None for a model that does not stack
-    (MLA, mixture of experts, windowed attention, MTP modules); models with one signature may share a
-    sweep block (:class:`ModelStack`)."""
+    (MLA, mixture of experts or expert figures of its own, windowed attention, MTP modules); models
+    with one signature may share a sweep block (:class:`ModelStack`)."""
     if type(m) is not Model or m.mla is not None or m.n_experts != 1 or m.attention_window is not None or \
-            m.mtp_layers:
-        return None
+            m.mtp_layers or m.moe_d_ff is not None or m.n_shared_experts:
+        return None                       # (the expert figures a dense model carries: its own FFN)
     return (m.ffn_type, m.tied_embeddings, m.experts_per_token, m.n_kv_heads == m.n_heads, m.max_context is None)
 
 
