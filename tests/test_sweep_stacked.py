@@ -180,6 +180,31 @@ def test_many_groups_on_forked_workers_give_the_single_process_frame(monkeypatch
     assert one["invalid_reason"].notna().sum() == 4 * 2 * 2      # llama-68m on 8 devices
 
 
+def test_by_default_several_groups_over_arrays_stay_in_this_process(monkeypatch):
+    """workers left to its default: a grid of several groups over arrays is evaluated here (sending
+    its arrays back from forked processes or taking turns on threads measured slower at every size);
+    one group, or groups evaluated row by row, use the CPUs; an explicit workers=2 is honoured."""
+    base = dict(SPEC, batch_size=4, prompt_len=256)
+    axes = dict(hardware=GPUS, model=["llama-2-7b", "llama-68m"], strategy=["autoregressive", "speculative"],
+                n_devices=[1, 8], gen_len=[16, 64])             # four blocks (llama-68m: not on 8 devices)
+    monkeypatch.setattr(sweep_module, "can_fork", lambda: True)
+    monkeypatch.setattr(sweep_module, "_workers", lambda n, default=None: 2 if n is None else n)    # two CPUs
+    used = []
+    monkeypatch.setattr(sweep_module, "map_forked", lambda run, tasks, w: used.append(("forked", w)) or
+                        [run(t) for t in tasks])
+    real_map = sweep_module._map
+    monkeypatch.setattr(sweep_module, "_map", lambda fn, items, w: used.append(("map", w)) or real_map(fn, items, 1))
+    default = sweep(base, on_invalid="mark", **axes)
+    assert used == [("map", 1)]
+    used.clear()
+    explicit = sweep(base, workers=2, on_invalid="mark", **axes)
+    assert used == [("forked", 2)] and default.equals(explicit)
+    used.clear()
+    rowwise = dict(base, strategy="tree", tree_nodes=8, tree_shape="optimal_for_hardware", model="llama-2-7b")
+    sweep(rowwise, hardware=GPUS[:2], batch_size=[1, 2])          # two groups, each row by row
+    assert used == [("forked", 2)]
+
+
 def test_an_error_in_a_forked_worker_reaches_the_caller():
     from costmodel import InputError
     from costmodel.fast.sweep_fork import map_forked

@@ -26,7 +26,8 @@ How it is evaluated (no Python loop per row):
   evaluated on forked processes that take chunks from a shared work queue and pass each chunk's
   columns through a small shared buffer into this process's columns (:mod:`costmodel.fast.sweep_fork`:
   threads do not help, the Python between numpy calls holds the GIL), a grid of several groups on
-  forked processes that send their chunks' results back; on platforms without ``fork`` or in a
+  forked processes that send their chunks' results back (by default only a grid evaluated row by
+  row: sending arrays back costs more than evaluating them); on platforms without ``fork`` or in a
   process with other threads running, on threads.
 * For token trees the acceptance figures pick the tree's shape, so ``acceptance_rate`` and
   ``mean_accepted_tokens`` are looped over there; ``tree_shape=optimal_for_hardware`` searches a
@@ -210,9 +211,12 @@ def _piece_record(b: Block, sl: dict, made: dict | None = None):
     return with_fields(b.rec, **changes)
 
 
-def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int = 1,
+def _evaluate_grid(base: dict, axes_in: dict, chunk_rows: int, progress=None, workers: int | None = 1,
                    on_invalid: str = "error"):
     axes_l, axes, names, blocks, invalid = _plan(base, axes_in, on_invalid)
+    if workers is None:       # the default: the CPU count, one process for several groups over arrays
+        valid = [b for b in blocks if b.invalid is None]
+        workers = 1 if len(valid) > 1 and not all(b.rowwise for b in valid) else _workers(None)
     shape = tuple(len(a.raw) for a in axes_l)
     total = int(np.prod(shape, dtype=np.int64))
     cols = Columns(shape, len(blocks) > 1)
@@ -395,8 +399,9 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     ``"tcp://host:8786"`` or a ``distributed.Client`` uses that cluster).
     ``chunk_rows``: rows per evaluation call (default ``CHUNK_ROWS``: arrays that stay in cache) and per
     Dask task (default 2**20). ``workers``: processes (forked, their chunks gathered here) or,
-    where forking is not safe, threads evaluating chunks (default: the CPU count, at most 8; 1 =
-    this process alone); see the module docstring.
+    where forking is not safe, threads evaluating chunks (default: the CPU count, at most 8, but this
+    process alone for a grid of several groups over arrays, whose gathering costs more than it
+    saves; 1 = this process alone); see the module docstring.
     ``output``: also write the rows to ``.csv`` or ``.parquet``. With the Dask engine the result
     is not collected: a ``.csv`` path is streamed chunk by chunk, any other path becomes a
     directory of Parquet parts written by the workers, and the path is returned.
@@ -414,7 +419,8 @@ def sweep(base_record=None, *, engine: str = "numpy", scheduler=None, chunk_rows
     if engine in (None, "numpy", "local", "dask"):
         output = check_output(output, engine)
     if engine in (None, "numpy", "local"):
-        df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress, _workers(workers), on_invalid)
+        df = _sweep_local(base, axes, int(chunk_rows or CHUNK_ROWS), progress,
+                          None if workers is None else _workers(workers), on_invalid)
         if output is not None:
             write_frame(df, output)
         return df
@@ -473,7 +479,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int = 1,
+def _sweep_local(base: dict, axes: dict, chunk_rows: int, progress=None, workers: int | None = 1,
                  on_invalid: str = "error"):
     import pandas as pd
 

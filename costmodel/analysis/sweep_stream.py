@@ -42,7 +42,7 @@ def stream_sweep(base: dict, axes: dict, path, *, chunk_rows: int | None = None,
     chunks = grid_chunks(axes, int(chunk_rows or STREAM_ROWS))
     sizes = [int(np.prod([len(sw.parse_axis(n, v)) for n, v in c.items()], dtype=np.int64)) for c in chunks]
     total, done, written, invalid = sum(sizes), 0, 0, 0
-    n_workers = sw._workers(workers)
+    n_workers = None if workers is None else sw._workers(workers)
     writer = None
     # a temporary file next to ``path`` that replaces it only when every chunk is written
     with atomic_path(p) as tmp, open(tmp, "wb") as fh:

@@ -32,7 +32,8 @@ def register(subparsers, common):
                    help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
     p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per evaluation call / Dask task")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="processes (forked) evaluating chunks (default: the CPU count, at most 8; 1 = this process alone)")
+                   help="processes (forked) evaluating chunks (default: the CPU count, at most 8, but this process "
+                        "alone for a grid of several groups over arrays; 1 = this process alone)")
     p.add_argument("--on-invalid", choices=("error", "mark", "drop"), default="error",
                    help="a row evaluate would refuse: error (refuse the grid, default), mark (outputs empty, "
                         "the reason in an invalid_reason column) or drop (left out); the count goes to stderr")
