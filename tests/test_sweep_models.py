@@ -1,6 +1,6 @@
 """A sweep's model axis priced as an array: models the engine prices alike (one model_signature: dense,
 no window, no MLA, MHA or GQA alike) share one block whose dimensions are arrays, every row still
-evaluate() bit for bit; the others keep a block each, in the same layout."""
+evaluate() bit for bit, whatever the strategy; the others keep a block each, in the same layout."""
 
 import numpy as np
 import pytest
@@ -93,8 +93,8 @@ def test_a_stacked_model_block_on_two_workers():
 
 
 @pytest.mark.parametrize("base, axes", [
-    # a tree looped over acceptance rates, an EAGLE head (reads the target's dimensions), the target
-    # as its own draft: each model in a block of its own, with the model dimension
+    # a tree looped over acceptance rates (stacked); an EAGLE head (it reads the target's dimensions)
+    # and the target as its own draft: each model in a block of its own, with the model dimension
     (dict(hardware="a100-80gb", strategy="tree", draft_model="llama-68m", tree_nodes=8, gen_len=32),
      dict(model=["llama-2-7b", "llama-2-13b"], acceptance_rate=[0.6, 0.8], batch_size=[1, 4], prompt_len=[128, 512])),
     (dict(hardware="a100-80gb", strategy="speculative", draft_model="eagle", acceptance_rate=0.7, gamma=3, gen_len=32),
@@ -129,3 +129,23 @@ def test_a_mix_of_zoo_models():
     ok = df[df["invalid_reason"].isna()].drop(columns="invalid_reason").reset_index(drop=True)
     assert len(ok) == 240
     assert_every_row_is_evaluate(ok, base, axes, notes=True)
+
+
+@pytest.mark.parametrize("base, axes", [
+    # token trees looped over acceptance rates (one stacked block per rate), devices and counts stacked
+    (dict(strategy="tree", draft_model="llama-68m", tree_nodes=16, gen_len=32),
+     dict(hardware=["a100-80gb", "l4"], model=["llama-2-7b", "llama-2-13b", "vicuna-7b"], acceptance_rate=[0.6, 0.8],
+          n_devices=[1, 2], batch_size=[1, 4], prompt_len=[128, 512])),
+    (dict(hardware="a100-80gb", strategy="tree", draft_model="llama-68m", tree_width=2, tree_depth=3,
+          acceptance_rate=0.7, gen_len=32),
+     dict(model=["llama-2-7b", "llama-2-13b"], weight_dtype=["fp16", "int4"], batch_size=[1, 4], prompt_len=[128, 512])),
+    # shared prefixes: an MHA stack and a GQA stack
+    (dict(strategy="shared_prefix", n_branches=4, gen_len=32),
+     dict(hardware=["a100-80gb", "h100-sxm"], model=["llama-2-7b", "llama-2-13b", "llama-3-8b", "llama-3.1-8b"],
+          shared_prefix_len=[0, 64], batch_size=[1, 4], prompt_len=[128, 512])),
+], ids=["tree-looped", "tree-dtypes", "shared-prefix"])
+def test_trees_and_shared_prefixes_over_stacked_models(base, axes):
+    _a, _d, _n, blocks, _i = _plan(base, axes, "error")
+    assert all(len(b.models) >= 2 for b in blocks)
+    df = sweep(base, workers=1, **axes)
+    assert_every_row_is_evaluate(df, base, axes, notes=True)

@@ -303,8 +303,8 @@ def _merged(run: list, names: list):
 def stack_model_blocks(blocks: list, axes: list[Axis]) -> list:
     """``blocks`` with each run of blocks that differ only in their ``model`` value merged into one
     block whose ``model`` is a member axis: contiguous value indices of models of one
-    :func:`~costmodel.inputs.model.model_signature`, autoregressive or speculative with a draft model
-    of the zoo (or none), every other field the same. The merged block keeps the first block's
+    :func:`~costmodel.inputs.model.model_signature`, with no draft or a draft model of the zoo (not
+    a head, the target itself or a schedule of γ), every other field the same. The merged block keeps the first block's
     record and label. Run after the plan has checked each block's rows (a merged block's rows are
     checked as its models' blocks were)."""
     names = [a.name for a in axes]
@@ -332,7 +332,7 @@ def _model_key(b):
     """What a block must share with another to be merged along the model axis, or None."""
     rec = b.rec
     if b.invalid is not None or b.rowwise or rec is None or "model" not in b.index or \
-            not isinstance(rec.model, str) or rec.strategy not in ("autoregressive", "speculative") or \
+            not isinstance(rec.model, str) or rec.strategy not in ("autoregressive", "speculative", "shared_prefix", "tree") or \
             rec.gamma_schedule is not None or rec.draft_model in _NOT_STACKED_DRAFTS:
         return None
     try:
