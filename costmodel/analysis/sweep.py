@@ -18,9 +18,9 @@ How it is evaluated (no Python loop per row):
   tree shape, … (everything but :data:`costmodel.engine.evaluate.NUMERIC_AXES`). Each group is one call of
   :func:`costmodel.engine.evaluate.evaluate_arrays` with the numeric axes as numpy arrays shaped to
   broadcast against each other (batch (n, 1) × prompt (1, m)), so work that depends on one axis
-  only is done once per value of that axis. The ``hardware`` axis (as a HardwareStack) and the
-  ``n_devices`` axis (device counts; one device joins the larger counts, its all-reduce 0 s, except under a custom all-reduce) are arrays too, where the engine prices their values
-  alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
+  only is done once per value of that axis. The ``hardware`` (a HardwareStack), ``n_devices`` (device
+  counts), ``weight_dtype`` (WeightDtypes) and ``model`` (a ModelStack) axes are arrays too, where the
+  engine prices their values alike (:mod:`costmodel.analysis.sweep_stack`). Groups are cut into chunks of ``chunk_rows`` rows
   (``CHUNK_ROWS`` by default: arrays that stay in the CPU caches) along their first vectorised axis; the
   per-operator breakdown (``Cost.ops``) is not built. With ``workers`` > 1 a one-group grid is
   evaluated on forked processes that take chunks from a shared work queue and pass each chunk's
