@@ -180,10 +180,11 @@ def _pieces(b: Block, axes: dict, names: list, chunk_rows: int, made: dict | Non
 
 
 def _piece_record(b: Block, sl: dict, made: dict | None = None):
-    """The block's record; with stacked devices, its ``hardware`` the piece's HardwareStack and its
-    ``n_devices`` an array of the piece's device counts. ``made``: the HardwareStack and WeightDtypes
-    built so far in this grid, by members and shape, so that pieces of different blocks over the same
-    members hold the same object (they hash by identity: engine.pass_memo's keys)."""
+    """The block's record with its member axes for the piece: ``hardware`` a HardwareStack,
+    ``n_devices`` an array of device counts, ``weight_dtype`` a WeightDtypes, ``model`` a ModelStack
+    (one member: the value itself). ``made``: the stacks built so far in this grid, by members and
+    shape, so that pieces of different blocks over the same members hold the same object (they hash
+    by identity: engine.pass_memo's keys)."""
     if not b.members:
         return b.rec
     changes = {}
@@ -198,7 +199,8 @@ def _piece_record(b: Block, sl: dict, made: dict | None = None):
             elif name in ("weight_dtype", "model") and len(chosen) == 1:
                 changes[name] = chosen[0]
             else:
-                # devices by identity (not hashable): the blocks' loaded devices, alive with ``made``
+                # devices by identity (not hashable): the blocks' loaded devices, alive with ``made``;
+                # dtypes and models by their values
                 key = (name, tuple(map(id, chosen)) if name == "hardware" else tuple(chosen), tuple(shape))
                 got = None if made is None else made.get(key)
                 if got is None:
@@ -332,26 +334,11 @@ def _evaluate_piece(rec, arrays) -> dict:
     # evaluate()'s keys in its order: the record's, the arrays, the record-level tail
     out = record_head(rec)
     out.update(res)
-    wd = rec.weight_dtype
-    if isinstance(rec.model, ModelStack):         # stacked models (and dtypes): each member record's
+    if isinstance(rec.model, ModelStack) or isinstance(rec.weight_dtype, WeightDtypes):
+        # stacked models or dtypes: each member record's record-level keys (its notes)
         out.update(member_tails(rec, _execs(rec)[0], extras, _flat, _same))
-        return out
-    if not isinstance(wd, WeightDtypes):
+    else:
         out.update(_flat(record_tail(rec, extras)))
-        return out
-    # stacked weight dtypes: each member's record-level keys (its notes), one value where they agree;
-    # each member's Exec is the stacked Exec's member (build_exec of the member's record: the members
-    # share the default KV dtype, inputs.dtypes.stack_signature)
-    members = _execs(rec)[0].dtype_members
-    tails = [_flat(record_tail(with_fields(rec, weight_dtype=m), extras, ex)) for m, ex in zip(wd.members, members)]
-    for k, v in tails[0].items():
-        vs = [t.get(k) for t in tails]
-        if all(_same(x, v) for x in vs[1:]):
-            out[k] = v
-        else:
-            a = np.empty(len(vs), dtype=object)
-            a[:] = vs
-            out[k] = a.reshape(wd.shape)
     return out
 
 

@@ -22,7 +22,8 @@ from costmodel.engine.evaluate import _execs, allreduce_for, hardware_signatures
 from costmodel.errors import InputError
 from costmodel.inputs import dtypes
 from costmodel.inputs.dtypes import WeightDtypes
-from costmodel.inputs.model import load_model, model_signature
+from costmodel.inputs.fields import DRAFT_KINDS
+from costmodel.inputs.model import ModelStack, load_model, model_signature
 from costmodel.inputs.record import with_fields
 
 
@@ -290,14 +291,18 @@ def _same_but_dtype(b, first) -> bool:
     return with_fields(b.rec, weight_dtype=first.rec.weight_dtype) == first.rec
 
 
-def _merged(run: list, names: list):
-    """One block for a run of blocks that differ only in their weight dtype."""
+def _merged(run: list, names: list, axis: str = "weight_dtype"):
+    """One block for a run of blocks (one or more) that differ only in their ``axis`` value
+    (``weight_dtype`` or ``model``): that axis a member axis, its values the run's, in order."""
     first = run[0]
-    vec = set(first.vec) | {"weight_dtype"}
-    return Block(first.rec, {k: v for k, v in first.index.items() if k != "weight_dtype"},
+    vec = set(first.vec) | {axis}
+    values = tuple(getattr(b.rec, axis) for b in run)
+    return Block(first.rec, {k: v for k, v in first.index.items() if k != axis},
                  [n for n in names if n in vec], label=first.label,
-                 members={**first.members, "weight_dtype": [b.index["weight_dtype"] for b in run]},
-                 stack=first.stack, counts=first.counts, dtypes=tuple(b.rec.weight_dtype for b in run))
+                 members={**first.members, axis: [b.index[axis] for b in run]},
+                 stack=first.stack, counts=first.counts,
+                 dtypes=values if axis == "weight_dtype" else first.dtypes,
+                 models=values if axis == "model" else first.models)
 
 
 def stack_model_blocks(blocks: list, axes: list[Axis]) -> list:
@@ -316,16 +321,16 @@ def stack_model_blocks(blocks: list, axes: list[Axis]) -> list:
         # block's arrays share one layout and blocks still share passes (engine.pass_memo keys
         # arrays by shape)
         simple = b.invalid is None and not b.rowwise and b.rec is not None and "model" in b.index
-        return _merged_models([b], names) if simple else b
+        return _merged([b], names, "model") if simple else b
 
     return _merge_runs(blocks, "model", _model_key,
                        lambda b, first: with_fields(b.rec, model=first.rec.model) == first.rec,
-                       lambda run: _merged_models(run, names), alone)
+                       lambda run: _merged(run, names, "model"), alone)
 
 
-#: draft kinds a model stack is priced with: no draft, or a draft model of its own (not a head or
-#: the target itself, whose figures would follow the stack)
-_NOT_STACKED_DRAFTS = ("self", "mtp", "medusa", "eagle", "eagle3", "suffix")
+#: draft kinds a model stack is not priced with: every named kind but ``none`` (heads and the target
+#: itself, whose figures would follow the stack; suffix drafts): a stack has no draft or a draft model
+_NOT_STACKED_DRAFTS = tuple(k for k in DRAFT_KINDS if k != "none")
 
 
 def _model_key(b):
@@ -346,40 +351,29 @@ def _model_key(b):
     return (index, tuple(b.vec), members, b.counts, tuple(id(d) for d in b.stack), b.dtypes, sig)
 
 
-def _merged_models(run: list, names: list):
-    """One block for a run of blocks (one or more) that differ only in their model: ``model`` a member
-    axis."""
-    first = run[0]
-    vec = set(first.vec) | {"model"}
-    return Block(first.rec, {k: v for k, v in first.index.items() if k != "model"},
-                 [n for n in names if n in vec], label=first.label,
-                 members={**first.members, "model": [b.index["model"] for b in run]},
-                 stack=first.stack, counts=first.counts, dtypes=first.dtypes,
-                 models=tuple(b.rec.model for b in run))
-
-
 def member_tails(rec, ex, extras: dict, flat, same) -> dict:
-    """The record-level keys (notes, ...) of a piece with stacked models (and maybe stacked weight
-    dtypes): each member record's, one value where they agree, else an object array along the
-    members' axes. ``ex``: the piece's Exec; a member's Exec is ``ex``'s (or its dtype member's) with
-    the member's model, what build_exec gives for the member's record (the members share every
-    decision: ``model_signature``, ``stack_signature``). ``flat``, ``same``: the sweep's helpers for
+    """The record-level keys (notes, ...) of a piece with stacked weight dtypes and/or models: each
+    member record's, one value where they agree, else an object array along the members' axes.
+    ``ex``: the piece's Exec; a member's Exec is ``ex``'s dtype member (or ``ex``) with the member's
+    model, what build_exec gives for the member's record (the members share every decision:
+    ``stack_signature``, ``model_signature``). ``flat``, ``same``: the sweep's helpers for
     record-level values."""
     wd, md = rec.weight_dtype, rec.model
-    stacked_dtypes = isinstance(wd, WeightDtypes)
-    dts = list(zip(wd.members, ex.dtype_members)) if stacked_dtypes else [(wd, ex)]
-    shape = np.broadcast_shapes(md.shape, wd.shape) if stacked_dtypes else md.shape
-    model_dim = next(d for d, n in enumerate(md.shape) if n > 1)
-    dtype_dim = next(d for d, n in enumerate(wd.shape) if n > 1) if stacked_dtypes else None
+    dts = list(zip(wd.members, ex.dtype_members)) if isinstance(wd, WeightDtypes) else [(wd, ex)]
+    models = md.members if isinstance(md, ModelStack) else [None]
+    stacks = [v for v in (wd, md) if isinstance(v, (WeightDtypes, ModelStack))]
+    shape = np.broadcast_shapes(*(v.shape for v in stacks))
+    dtype_dim, model_dim = (next((d for d, n in enumerate(v.shape) if n > 1), None)
+                            if isinstance(v, (WeightDtypes, ModelStack)) else None for v in (wd, md))
     tails = {}
     for i, (w, e) in enumerate(dts):
-        for j, m in enumerate(md.members):
+        for j, m in enumerate(models):
             pos = [0] * len(shape)
-            pos[model_dim] = j
-            if dtype_dim is not None:
-                pos[dtype_dim] = i
-            member = with_fields(rec, weight_dtype=w, model=m)
-            tails[tuple(pos)] = flat(record_tail(member, extras, dataclasses.replace(e, model=m)))
+            for dim, k in ((dtype_dim, i), (model_dim, j)):
+                if dim is not None:
+                    pos[dim] = k
+            member = with_fields(rec, weight_dtype=w) if m is None else with_fields(rec, weight_dtype=w, model=m)
+            tails[tuple(pos)] = flat(record_tail(member, extras, e if m is None else dataclasses.replace(e, model=m)))
     first = next(iter(tails.values()))
     out = {}
     for k, v in first.items():

@@ -102,7 +102,7 @@ def _binary(ufunc, a, b):
     ca, cb = compact(a), compact(b)
     if ufunc is np.add:
         for x, cz in ((a, cb), (b, ca)):
-            if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and _is_pos_zero(cz) \
+            if cz.size == 1 and cz.ndim <= x.ndim and x.ndim and 0 not in x.strides and plus_zero(cz.reshape(-1)[0]) \
                     and x.shape == broadcast_shape(a.shape, b.shape) and nonneg(x):
                 return x
     if ca is a and cb is b:
@@ -117,9 +117,6 @@ def plus_zero(v) -> bool:
     return np.ndim(v) == 0 and float(v) == 0.0 and math.copysign(1.0, float(v)) > 0.0
 
 
-def _is_pos_zero(c: np.ndarray) -> bool:
-    x = float(c.reshape(-1)[0])
-    return x == 0.0 and math.copysign(1.0, x) > 0.0
 
 
 def compact(a: np.ndarray) -> np.ndarray:
